@@ -1,0 +1,105 @@
+"""Every tensor that crosses a model boundary, named once. The generator, the model.py adapters, the
+clients and the tests all read these lists; a tensor keeps its name at every hop except where the
+upstream-compatible client names differ from TensorRT-LLM's token-level names (ENSEMBLE_TO_ENGINE)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: str  # Triton type without the TYPE_ prefix: STRING, INT32, FP32, BOOL, UINT64
+    dims: tuple[int, ...]
+    optional: bool = True
+    reshape_scalar: bool = False  # [1] per item presented to the model as a scalar, as upstream does
+
+    @property
+    def np_dtype(self):
+        return NP_DTYPES[self.dtype]
+
+
+NP_DTYPES = {"STRING": np.object_, "INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_, "UINT64": np.uint64}
+
+
+def _scalars(dtype: str, *names: str, reshape: bool = False) -> list[Tensor]:
+    return [Tensor(n, dtype, (1,), reshape_scalar=reshape) for n in names]
+
+
+# Client-facing sampling knobs, upstream names (ensemble side).
+SAMPLING_FP32 = ("temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+SAMPLING_INT32 = ("top_k", "min_tokens", "beam_width")
+
+# --- ensemble (what clients send and receive) --------------------------------------------------
+ENSEMBLE_INPUTS: list[Tensor] = [
+    Tensor("text_input", "STRING", (1,), optional=False),
+    Tensor("max_tokens", "INT32", (1,), optional=False),
+    Tensor("stop_words", "STRING", (-1,)),
+    Tensor("bad_words", "STRING", (-1,)),
+    *_scalars("BOOL", "stream", "exclude_input_in_output", "return_log_probs", "apply_chat_template"),
+    *_scalars("INT32", "end_id", "pad_id", *SAMPLING_INT32),
+    *_scalars("FP32", *SAMPLING_FP32),
+    Tensor("seed", "UINT64", (1,)),
+]
+ENSEMBLE_OUTPUTS: list[Tensor] = [
+    Tensor("text_output", "STRING", (-1,)),
+    Tensor("cum_log_probs", "FP32", (-1,)),
+    Tensor("output_log_probs", "FP32", (-1, -1)),
+]
+
+# --- tensorrt_llm (token level; identical for the torch and the TensorRT-LLM engine) ------------
+ENGINE_INPUTS: list[Tensor] = [
+    Tensor("input_ids", "INT32", (-1,), optional=False),
+    Tensor("input_lengths", "INT32", (1,), optional=False, reshape_scalar=True),
+    Tensor("request_output_len", "INT32", (1,), optional=False, reshape_scalar=True),
+    *_scalars("INT32", "end_id", "pad_id", "beam_width", "runtime_top_k", "min_tokens", reshape=True),
+    *_scalars("FP32", "temperature", "runtime_top_p", "repetition_penalty", "presence_penalty",
+              "frequency_penalty", reshape=True),
+    Tensor("seed", "UINT64", (1,), reshape_scalar=True),
+    *_scalars("BOOL", "streaming", "exclude_input_in_output", "return_log_probs", reshape=True),
+    Tensor("stop_words_list", "INT32", (2, -1)),  # row 0: concatenated ids, row 1: end offsets (-1 pad)
+    Tensor("bad_words_list", "INT32", (2, -1)),
+]
+ENGINE_OUTPUTS: list[Tensor] = [
+    Tensor("output_ids", "INT32", (-1, -1)),  # [beam, tokens]
+    Tensor("sequence_length", "INT32", (-1,)),  # [beam]
+    Tensor("cum_log_probs", "FP32", (-1,)),
+    Tensor("output_log_probs", "FP32", (-1, -1)),
+]
+
+# --- preprocessing: validates every client input once, emits the token-level request -----------
+PREPROCESSING_INPUTS: list[Tensor] = ENSEMBLE_INPUTS
+PREPROCESSING_OUTPUTS: list[Tensor] = [
+    Tensor("input_ids", "INT32", (-1,)),
+    Tensor("input_lengths", "INT32", (1,)),
+    Tensor("request_output_len", "INT32", (1,)),
+    Tensor("out_end_id", "INT32", (1,)),
+    Tensor("out_pad_id", "INT32", (1,)),
+    Tensor("streaming", "BOOL", (1,)),
+    Tensor("stop_words_list", "INT32", (2, -1)),
+    Tensor("bad_words_list", "INT32", (2, -1)),
+    Tensor("request_key", "UINT64", (1,)),  # keys the postprocessing's per-stream decoder state
+]
+
+# --- postprocessing: exact (incremental) detokenization ----------------------------------------
+POSTPROCESSING_INPUTS: list[Tensor] = [
+    Tensor("output_ids", "INT32", (-1, -1), optional=False),
+    Tensor("sequence_length", "INT32", (-1,), optional=False),
+    Tensor("request_key", "UINT64", (1,), optional=False),
+    Tensor("streaming", "BOOL", (1,), optional=False),
+]
+POSTPROCESSING_OUTPUTS: list[Tensor] = [Tensor("text_output", "STRING", (-1,))]
+
+# Ensemble tensor -> tensorrt_llm input, where names differ (upstream client names on the left).
+ENSEMBLE_TO_ENGINE = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "out_end_id": "end_id", "out_pad_id": "pad_id"}
+
+# Model names in the repository.
+PREPROCESSING, ENGINE, POSTPROCESSING, ENSEMBLE = "preprocessing", "tensorrt_llm", "postprocessing", "ensemble"
+UNARY_SUFFIX = "_unary"
+
+
+def by_name(tensors: list[Tensor]) -> dict[str, Tensor]:
+    return {t.name: t for t in tensors}

@@ -1,0 +1,170 @@
+"""The deployment spec: one typed YAML file from which every config.pbtxt, the engine build and the
+server flags are derived. Every default lives here and nowhere else; unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .trtllm_spec import TensorRTLLMEngine
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSource(Strict):
+    """Where the weights come from. Nothing is ever downloaded from a model hub."""
+
+    kind: Literal["gguf_package", "hf_checkpoint", "random_llama"]
+    package: Optional[str] = None
+    """gguf_package: the Python package that ships the GGUF file (found with importlib, not imported)."""
+    file: Optional[str] = None
+    """gguf_package: the GGUF file name inside the package."""
+    path: Optional[str] = None
+    """hf_checkpoint: a local Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."""
+    tokenizer_from: Optional[str] = None
+    """random_llama: a checkpoint directory whose tokenizer the random model borrows."""
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _needs(self):
+        need = {"gguf_package": ("package", "file"), "hf_checkpoint": ("path",), "random_llama": ("tokenizer_from",)}
+        for key in need[self.kind]:
+            if getattr(self, key) is None:
+                raise ValueError(f"model.source.{key} is required when model.source.kind is '{self.kind}'")
+        return self
+
+
+class Model(Strict):
+    source: ModelSource
+    checkpoint_dir: str
+    """Local safetensors checkpoint (with tokenizer) that build_engine.py writes and the engine loads.
+    Relative paths are relative to the project root."""
+    trust_remote_code: bool = False
+    """Never run code shipped with a checkpoint unless the spec says so explicitly."""
+
+
+class Tokenizer(Strict):
+    apply_chat_template: bool = True
+    """Wrap text_input in the tokenizer's chat template as one user turn; a request can override it."""
+    add_special_tokens: bool = False
+    """Add BOS/EOS when encoding a raw (non-chat) prompt."""
+    skip_special_tokens: bool = True
+
+
+class DynamicBatching(Strict):
+    max_queue_delay_us: int = Field(default=1000, ge=0)
+    preferred_batch_sizes: list[int] = Field(default_factory=list)
+    max_queue_size: int = Field(default=256, ge=0)
+    """Requests waiting beyond this are rejected at once (server busy) instead of queueing forever."""
+    preserve_ordering: bool = False
+
+
+class PythonModel(Strict):
+    instances: int = Field(default=1, ge=1)
+    dynamic_batching: DynamicBatching = DynamicBatching()
+
+
+class TorchEngine(Strict):
+    """The portable engine: a decoupled Python-backend model with in-flight batching."""
+
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
+    """auto: float32 on CPU (bf16 matmuls are slow on many CPUs), bfloat16 on CUDA."""
+    threads: int = Field(default=0, ge=0)
+    """torch CPU threads per instance; 0 lets torch decide."""
+    cuda_graphs: bool = True
+    """Capture decode steps in CUDA graphs on GPUs (ignored on CPU)."""
+
+
+class Engine(Strict):
+    kind: Literal["torch", "tensorrtllm"] = "torch"
+    max_batch_size: int = Field(default=8, ge=1)
+    """Most sequences generating at once in one engine instance; also Triton's max_batch_size."""
+    max_input_len: int = Field(default=1024, ge=1)
+    """Longest prompt in tokens (after the chat template)."""
+    max_output_len: int = Field(default=512, ge=1)
+    """Largest max_tokens a request may ask for."""
+    instances: int = Field(default=1, ge=1)
+    queue: DynamicBatching = DynamicBatching(max_queue_delay_us=0, max_queue_size=256)
+    torch: TorchEngine = TorchEngine()
+    tensorrtllm: TensorRTLLMEngine = TensorRTLLMEngine()
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.max_input_len + self.max_output_len
+
+
+class Serving(Strict):
+    streaming: bool = True
+    """Deploy tensorrt_llm decoupled so generate_stream and gRPC streaming stream tokens. Unary
+    clients use the *_unary twins (see README, "Unary and streaming")."""
+    exclude_input_in_output: bool = True
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    exit_timeout_s: int = Field(default=60, ge=1)
+    """How long tritonserver waits for in-flight requests on SIGTERM."""
+    unary_twins: bool = True
+    """Also generate ensemble_unary / tensorrt_llm_unary so unary infer works beside streaming."""
+
+
+class Spec(Strict):
+    name: str
+    model: Model
+    tokenizer: Tokenizer = Tokenizer()
+    engine: Engine = Engine()
+    preprocessing: PythonModel = PythonModel()
+    postprocessing: PythonModel = PythonModel(dynamic_batching=DynamicBatching(max_queue_delay_us=0, preserve_ordering=True))
+    serving: Serving = Serving()
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.postprocessing.instances != 1 and self.serving.streaming:
+            # Streaming detokenization keeps per-request state (DecodeStream) in the postprocessing
+            # process; a second instance would see only half of a stream's tokens.
+            raise ValueError("postprocessing.instances must be 1 when serving.streaming is true")
+        for name in ("preprocessing", "postprocessing"):
+            sizes = getattr(self, name).dynamic_batching.preferred_batch_sizes
+            if any(s > self.engine.max_batch_size or s < 1 for s in sizes):
+                raise ValueError(f"{name}.dynamic_batching.preferred_batch_sizes must lie in 1..engine.max_batch_size")
+        return self
+
+    def checkpoint_path(self) -> Path:
+        return resolve(self.model.checkpoint_dir)
+
+
+def resolve(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else ROOT / p
+
+
+class SpecError(ValueError):
+    pass
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Load and validate a spec; errors name the offending key (e.g. `engine.max_batch_size`)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"cannot read spec {path}: {e}") from e
+    try:
+        return Spec.model_validate(data or {})
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(root)"
+            lines.append(f"  {key}: {err['msg']}")
+        raise SpecError(f"invalid spec {path}:\n" + "\n".join(lines)) from None

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Build what a spec's engine needs.
+
+  engine.kind = torch:        the local safetensors checkpoint (converted from the spec's source).
+  engine.kind = tensorrtllm:  the checkpoint, then a TensorRT-LLM checkpoint and a trtllm-build engine.
+
+    python scripts/build_engine.py --spec specs/default.yaml
+    python scripts/build_engine.py --spec specs/trtllm-1gpu.yaml --dry-run
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from llmserve.checkpoint import build_checkpoint  # noqa: E402
+from llmserve.spec import SpecError, load_spec  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spec", default="specs/default.yaml")
+    ap.add_argument("--force", action="store_true", help="rebuild even if the output exists")
+    ap.add_argument("--dry-run", action="store_true", help="tensorrtllm: print the commands, run nothing")
+    args = ap.parse_args()
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        if spec.engine.kind == "tensorrtllm":
+            from llmserve.trtllm_build import build_trtllm_engine
+
+            return build_trtllm_engine(spec, args.spec, dry_run=args.dry_run, force=args.force)
+        if args.dry_run:
+            print(f"would build checkpoint {spec.checkpoint_path()} from {spec.model.source.kind}")
+            return 0
+        build_checkpoint(spec, force=args.force)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
