@@ -68,7 +68,13 @@ ENGINE_OUTPUTS: list[Tensor] = [
     Tensor("sequence_length", "INT32", (-1,)),  # [beam]
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
+    # Ours, additive (the C++ backend does not produce it): in streaming, up to CONTEXT_TOKENS tokens
+    # of this request's output that precede output_ids, so postprocessing can detokenize each chunk
+    # exactly without keeping per-request state (see llmserve/detokenize.py).
+    Tensor("output_context_ids", "INT32", (-1, -1)),
 ]
+TORCH_ONLY_OUTPUTS = {"output_context_ids"}
+CONTEXT_TOKENS = 8
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------
 PREPROCESSING_INPUTS: list[Tensor] = ENSEMBLE_INPUTS
@@ -81,15 +87,15 @@ PREPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("streaming", "BOOL", (1,)),
     Tensor("stop_words_list", "INT32", (2, -1)),
     Tensor("bad_words_list", "INT32", (2, -1)),
-    Tensor("request_key", "UINT64", (1,)),  # keys the postprocessing's per-stream decoder state
 ]
 
 # --- postprocessing: exact (incremental) detokenization ----------------------------------------
 POSTPROCESSING_INPUTS: list[Tensor] = [
     Tensor("output_ids", "INT32", (-1, -1), optional=False),
     Tensor("sequence_length", "INT32", (-1,), optional=False),
-    Tensor("request_key", "UINT64", (1,), optional=False),
-    Tensor("streaming", "BOOL", (1,), optional=False),
+    # Only tensors that come from tensorrt_llm: Triton refuses an ensemble step that mixes inputs
+    # from a decoupled model with inputs from another model.
+    Tensor("output_context_ids", "INT32", (-1, -1)),
 ]
 POSTPROCESSING_OUTPUTS: list[Tensor] = [Tensor("text_output", "STRING", (-1,))]
 

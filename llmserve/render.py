@@ -119,6 +119,12 @@ def torch_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     )
 
 
+def engine_outputs(spec: Spec) -> list[C.Tensor]:
+    if spec.engine.kind == "torch":
+        return C.ENGINE_OUTPUTS
+    return [t for t in C.ENGINE_OUTPUTS if t.name not in C.TORCH_ONLY_OUTPUTS]
+
+
 def ensemble(spec: Spec) -> mc.ModelConfig:
     """Wires preprocessing -> tensorrt_llm -> postprocessing. Ensemble tensor names equal the model
     tensor names except the upstream renames in contract.ENSEMBLE_TO_ENGINE."""
@@ -126,6 +132,7 @@ def ensemble(spec: Spec) -> mc.ModelConfig:
     to_engine = {v: k for k, v in C.ENSEMBLE_TO_ENGINE.items()}  # engine input -> ensemble tensor
     pre_out = {t.name for t in C.PREPROCESSING_OUTPUTS}
     client = {t.name for t in C.ENSEMBLE_INPUTS}
+    produced = {t.name for t in engine_outputs(spec)}
 
     def engine_source(name: str) -> str | None:
         src = to_engine.get(name, name)
@@ -140,11 +147,11 @@ def ensemble(spec: Spec) -> mc.ModelConfig:
         mc.ModelEnsembling.Step(
             model_name=C.ENGINE, model_version=-1,
             input_map={n: engine_source(n) for n in sorted(engine_inputs) if engine_source(n)},
-            output_map={t.name: t.name for t in C.ENGINE_OUTPUTS},
+            output_map={t.name: t.name for t in engine_outputs(spec)},
         ),
         mc.ModelEnsembling.Step(
             model_name=C.POSTPROCESSING, model_version=-1,
-            input_map={t.name: t.name for t in C.POSTPROCESSING_INPUTS},
+            input_map={t.name: t.name for t in C.POSTPROCESSING_INPUTS if t.name in produced},
             output_map={t.name: t.name for t in C.POSTPROCESSING_OUTPUTS},
         ),
     ]
@@ -181,7 +188,7 @@ def repository(spec: Spec, repo_dir: Path) -> dict[str, tuple[mc.ModelConfig, st
         models[C.ENGINE] = (tensorrtllm_engine(spec, repo_dir), "")
     if spec.serving.streaming and spec.serving.unary_twins:
         for target, ins, outs in ((C.ENSEMBLE, C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS),
-                                  (C.ENGINE, C.ENGINE_INPUTS, C.ENGINE_OUTPUTS)):
+                                  (C.ENGINE, C.ENGINE_INPUTS, engine_outputs(spec))):
             models[target + C.UNARY_SUFFIX] = (unary_twin(spec, target, ins, outs), "unary.py")
     return models
 

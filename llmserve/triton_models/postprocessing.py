@@ -1,1 +1,31 @@
-# placeholder
+"""postprocessing: exact detokenization of whole outputs and of streamed chunks (llmserve.detokenize)."""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from llmserve.detokenize import Detokenizer
+from llmserve.tokenizer import load_fast, resolve_dir
+from llmserve.triton_glue import error_response, parameters, reader
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args)
+        tok = load_fast(resolve_dir(p["tokenizer_dir"], args["model_repository"]))
+        self.detok = Detokenizer(tok, skip_special_tokens=p["skip_special_tokens"] in ("1", "true", "yes"))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            read = reader(pb_utils, request)
+            try:
+                ids, lengths = read("output_ids"), read("sequence_length")  # [1, beam, n], [1, beam]
+                context = read("output_context_ids")  # [1, beam, <= CONTEXT_TOKENS] or absent
+                texts = [self.detok.decode(ids[0, b, : lengths[0, b]].tolist(),
+                                           context[0, b].tolist() if context is not None else ())
+                         for b in range(ids.shape[1])]
+                out = np.array([[t.encode("utf-8") for t in texts]], dtype=np.object_)
+                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", out)]))
+            except Exception as e:  # a malformed tensor from a direct caller: an error, not a crash
+                responses.append(error_response(pb_utils, e))
+        return responses

@@ -1,0 +1,233 @@
+"""In-flight batching: one thread owns the model and loops
+    admit waiting requests into free cache slots -> prefill them together -> one decode step for
+    every running sequence -> hand new tokens to each request's callback,
+so a request that arrives while others generate joins the very next step.
+
+Scheduling policy: prefill first (new requests get their first token at the next step, at the
+cost of one longer step for the running ones), bounded by `prefill_token_budget` tokens per step
+so a burst of long prompts cannot stall running streams for long."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..stop_words import StopMatcher
+from .llama import LlamaModel
+from .sampling import SamplingParams, sample
+
+# (sequence, new token ids, their log-probs, finished, finish reason or None)
+OutputCallback = Callable[["Sequence", list[int], list[float], bool, "str | None"], None]
+
+
+@dataclass(eq=False)
+class Sequence:
+    prompt: list[int]
+    params: SamplingParams
+    on_output: OutputCallback
+    is_cancelled: Callable[[], bool] = lambda: False
+    streaming: bool = True
+    id: int = field(default_factory=itertools.count().__next__)
+    generated: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    slot: int = -1
+    emitted: int = 0  # tokens of `generated` already handed to on_output
+    keep: int | None = None  # set when a stop word ends the sequence: tokens to output
+    finish_reason: str | None = None
+    stop: StopMatcher | None = None
+    generator: torch.Generator | None = None
+    arrival: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+
+    @property
+    def position(self) -> int:  # position of the next token to feed
+        return len(self.prompt) + len(self.generated) - 1
+
+
+@dataclass
+class EngineStats:
+    running: int = 0
+    waiting: int = 0
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    finished: int = 0
+    cancelled: int = 0
+    last_batch_size: int = 0
+    max_batch_size_seen: int = 0
+    batched_steps: int = 0  # decode steps that carried more than one sequence
+    kv_cache_used_tokens: int = 0
+    kv_cache_capacity_tokens: int = 0
+
+
+class Engine:
+    def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int = 2048,
+                 skip_special_tokens: bool = True):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.prefill_token_budget = prefill_token_budget
+        self.free_slots = list(range(model.max_slots))  # a heap: lowest slot first keeps rows compact
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.stats = EngineStats(kv_cache_capacity_tokens=model.max_slots * model.max_seq_len)
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # --- public API (thread-safe) --------------------------------------------------------------
+    def submit(self, seq: Sequence) -> None:
+        p = seq.params
+        if p.stop_words:
+            seq.stop = StopMatcher(self.tokenizer, p.stop_words, self.skip_special_tokens)
+        if not p.greedy:
+            seed = p.seed if p.seed is not None else secrets.randbits(63)
+            seq.generator = torch.Generator(device=self.model.device).manual_seed(seed)
+        with self._cv:
+            self.waiting.append(seq)
+            self._cv.notify()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="llmserve-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread:
+            self._thread.join(timeout=30)
+
+    # --- the loop ------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopping and not self.waiting and not self.running:
+                    self._cv.wait()
+                if self._stopping:
+                    return
+            try:
+                self.step()
+            except Exception as e:  # never die silently: fail every request in flight, keep serving
+                for seq in list(self.running) + list(self.waiting):
+                    self._finish(seq, f"error: {e}")
+                self.running.clear()
+                self.waiting.clear()
+
+    def step(self) -> None:
+        """One scheduling iteration (public so benchmarks and tests can drive the engine inline)."""
+        self._drop_cancelled()
+        admitted = self._admit()
+        if admitted:
+            self._prefill(admitted)
+        decoding = [s for s in self.running if s not in admitted]
+        if decoding:
+            self._decode(decoding)
+        self._update_stats()
+
+    def _admit(self) -> list[Sequence]:
+        admitted, budget = [], self.prefill_token_budget
+        with self._cv:
+            while self.waiting and self.free_slots:
+                seq = self.waiting[0]
+                if admitted and len(seq.prompt) > budget:
+                    break
+                self.waiting.popleft()
+                seq.slot = heapq.heappop(self.free_slots)
+                budget -= len(seq.prompt)
+                admitted.append(seq)
+        self.running.extend(admitted)
+        return admitted
+
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        dev = self.model.device
+        width = max(len(s.prompt) for s in seqs)
+        tokens = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            tokens[i, : len(s.prompt)] = torch.tensor(s.prompt)
+        positions = torch.arange(width).expand(len(seqs), width)
+        last = torch.tensor([len(s.prompt) - 1 for s in seqs])
+        slots = torch.tensor([s.slot for s in seqs])
+        logits = self.model.forward(tokens.to(dev), slots.to(dev), positions.to(dev), last.to(dev), width)
+        self.stats.prompt_tokens += sum(len(s.prompt) for s in seqs)
+        self._accept(seqs, logits)
+
+    def _decode(self, seqs: list[Sequence]) -> None:
+        dev = self.model.device
+        tokens = torch.tensor([[s.generated[-1]] for s in seqs], device=dev)
+        positions = torch.tensor([[s.position] for s in seqs], device=dev)
+        slots = torch.tensor([s.slot for s in seqs], device=dev)
+        kv_len = max(s.position for s in seqs) + 1
+        logits = self.model.forward(tokens, slots, positions, None, kv_len)
+        self.stats.last_batch_size = len(seqs)
+        self.stats.max_batch_size_seen = max(self.stats.max_batch_size_seen, len(seqs))
+        self.stats.batched_steps += len(seqs) > 1
+        self.stats.steps += 1
+        self._accept(seqs, logits)
+
+    def _accept(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        tokens, logprobs = sample(logits, [s.params for s in seqs], [s.prompt for s in seqs],
+                                  [s.generated for s in seqs], [s.generator for s in seqs])
+        now = time.monotonic()
+        for seq, tok, lp in zip(seqs, tokens, logprobs):
+            seq.first_token_at = seq.first_token_at or now
+            self.stats.generated_tokens += 1
+            p = seq.params
+            if tok in p.end_ids and len(seq.generated) >= p.min_tokens:
+                seq.finish_reason = "stop"  # the end token itself is not part of the output
+            else:
+                seq.generated.append(tok)
+                seq.logprobs.append(lp)
+                if seq.stop is not None and (keep := seq.stop.push(tok)) is not None:
+                    seq.keep, seq.finish_reason = keep, "stop_word"
+                elif len(seq.generated) >= p.max_new_tokens:
+                    seq.finish_reason = "length"
+            if seq.finish_reason:
+                self._finish(seq, seq.finish_reason)
+            elif seq.streaming:
+                safe = seq.stop.safe_tokens() if seq.stop else len(seq.generated)
+                if safe > seq.emitted:
+                    seq.on_output(seq, seq.generated[seq.emitted:safe], seq.logprobs[seq.emitted:safe], False, None)
+                    seq.emitted = safe
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.finish_reason = reason
+        end = seq.keep if seq.keep is not None else len(seq.generated)
+        end = max(end, seq.emitted)
+        try:
+            seq.on_output(seq, seq.generated[seq.emitted:end], seq.logprobs[seq.emitted:end], True, reason)
+        finally:
+            seq.emitted = end
+            self._release(seq)
+            self.stats.finished += 1
+
+    def _release(self, seq: Sequence) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        if seq.slot >= 0:
+            with self._cv:
+                heapq.heappush(self.free_slots, seq.slot)
+            seq.slot = -1
+
+    def _drop_cancelled(self) -> None:
+        with self._cv:
+            cancelled_waiting = [s for s in self.waiting if s.is_cancelled()]
+            for s in cancelled_waiting:
+                self.waiting.remove(s)
+        for seq in cancelled_waiting + [s for s in self.running if s.is_cancelled()]:
+            self.stats.cancelled += 1
+            seq.keep = seq.emitted  # nothing more goes out; the slot is free for the next request
+            self._finish(seq, "cancelled")
+
+    def _update_stats(self) -> None:
+        st = self.stats
+        st.running, st.waiting = len(self.running), len(self.waiting)
+        st.kv_cache_used_tokens = sum(len(s.prompt) + len(s.generated) for s in self.running)

@@ -1,0 +1,67 @@
+"""A token-level (tensorrt_llm contract) request, validated into what the engine needs. This model
+is an edge too: the common tutorial client sends input_ids / input_lengths / request_output_len to
+it directly, so it checks its own inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .engine.sampling import SamplingParams
+from .errors import RequestError
+from .inputs import Reader, check, one
+from .sampling_inputs import ENGINE_NAMES, read_sampling
+from .word_lists import from_word_list
+
+
+@dataclass
+class EngineRequest:
+    prompt: list[int]
+    params: SamplingParams
+    streaming: bool
+    exclude_input_in_output: bool
+    return_log_probs: bool
+
+
+def _word_list(read: Reader, name: str) -> list[list[int]]:
+    arr = read(name)
+    if arr is None:
+        return []
+    try:
+        return from_word_list(arr)
+    except ValueError as e:
+        raise RequestError(name, str(e)) from None
+
+
+def parse_engine_request(read: Reader, *, vocab_size: int, default_end_ids: tuple[int, ...], max_input_len: int,
+                         max_output_len: int, exclude_default: bool, decode_word) -> EngineRequest:
+    ids = read("input_ids")
+    if ids is None:
+        raise RequestError("input_ids", "is required")
+    if ids.ndim == 2 and ids.shape[0] != 1:
+        raise RequestError("input_ids", f"batch size {ids.shape[0]}: send one sequence per request")
+    ids = ids.reshape(-1)
+    length = one(read, "input_lengths", int, len(ids))
+    check("input_lengths", 1 <= length <= len(ids), f"must be in [1, {len(ids)}] (the number of input_ids), got {length}")
+    check("input_lengths", length <= max_input_len, f"prompt has {length} tokens, the limit is {max_input_len}")
+    prompt = ids[:length].astype(np.int64)
+    check("input_ids", bool(((prompt >= 0) & (prompt < vocab_size)).all()), f"token ids must lie in [0, {vocab_size})")
+    max_tokens = one(read, "request_output_len", int, required=True)
+    check("request_output_len", 1 <= max_tokens <= max_output_len, f"must be in [1, {max_output_len}], got {max_tokens}")
+    end_id = one(read, "end_id", int, None)
+    if end_id is not None:
+        check("end_id", 0 <= end_id < vocab_size, f"must lie in [0, {vocab_size}), got {end_id}")
+    sampling = read_sampling(read, ENGINE_NAMES, max_tokens)
+    stop_words = [decode_word(w) for w in _word_list(read, "stop_words_list")]
+    bad_words = _word_list(read, "bad_words_list")
+    for w in bad_words:
+        check("bad_words_list", all(0 <= t < vocab_size for t in w), f"token ids must lie in [0, {vocab_size})")
+    params = SamplingParams(max_new_tokens=max_tokens, end_ids=(end_id,) if end_id is not None else default_end_ids,
+                            stop_words=[w for w in stop_words if w], bad_words=bad_words, **sampling)
+    return EngineRequest(
+        prompt=prompt.tolist(), params=params,
+        streaming=one(read, "streaming", bool, False),
+        exclude_input_in_output=one(read, "exclude_input_in_output", bool, exclude_default),
+        return_log_probs=one(read, "return_log_probs", bool, False),
+    )

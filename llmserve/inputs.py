@@ -1,0 +1,67 @@
+"""Reading request tensors into typed Python values, with errors that name the field.
+
+The adapters pass a `read(name) -> numpy array | None` function, so this module never sees Triton."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .errors import RequestError
+
+Reader = Callable[[str], "np.ndarray | None"]
+
+
+def one(read: Reader, name: str, kind: type, default=None, *, required: bool = False):
+    """A per-request scalar (sent as shape [1] or [1, 1]); None/default when absent."""
+    arr = read(name)
+    if arr is None:
+        if required:
+            raise RequestError(name, "is required")
+        return default
+    if arr.size != 1:
+        raise RequestError(name, f"expects one value per request, got shape {list(arr.shape)}")
+    value = arr.reshape(-1)[0]
+    if kind is str:
+        return text(name, value)
+    if kind is bool:
+        return bool(value)
+    if kind is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise RequestError(name, f"must be a finite number, got {value}")
+        return value
+    return int(value)
+
+
+def text(name: str, value) -> str:
+    if isinstance(value, (bytes, np.bytes_)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RequestError(name, f"is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    if isinstance(value, str):
+        return value
+    raise RequestError(name, f"must be a string, got {type(value).__name__}")
+
+
+def words(read: Reader, name: str, limit: int = 256) -> list[str]:
+    """A list of strings (stop_words / bad_words). Empty strings are ignored, so the upstream
+    README form `"stop_words": ""` means "none"."""
+    arr = read(name)
+    if arr is None:
+        return []
+    values = [text(name, v) for v in arr.reshape(-1).tolist()]
+    values = [v for v in values if v]
+    if len(values) > limit:
+        raise RequestError(name, f"at most {limit} entries, got {len(values)}")
+    if any(len(v) > 1000 for v in values):
+        raise RequestError(name, "each entry must be at most 1000 characters")
+    return values
+
+
+def check(name: str, ok: bool, problem: str) -> None:
+    if not ok:
+        raise RequestError(name, problem)

@@ -1,0 +1,118 @@
+"""preprocessing: validate each client request once, then tokenize the whole dynamic batch in one call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import RequestError
+from .inputs import Reader, check, one, text, words
+from .sampling_inputs import CLIENT_NAMES, read_sampling
+from .tokenizer import load_hf_tokenizer
+from .word_lists import to_word_list
+
+
+@dataclass(frozen=True)
+class PreprocessOptions:
+    tokenizer_dir: str
+    apply_chat_template: bool = True
+    add_special_tokens: bool = False
+    max_input_len: int = 1024
+    max_output_len: int = 512
+    max_beam_width: int = 1
+    trust_remote_code: bool = False
+
+
+@dataclass
+class ValidRequest:
+    prompt: str
+    chat: bool
+    max_tokens: int
+    streaming: bool
+    end_id: int
+    pad_id: int
+    stop_words: list[str]
+    bad_words: list[str]
+
+
+class Preprocessor:
+    def __init__(self, opts: PreprocessOptions):
+        self.opts = opts
+        self.tok = load_hf_tokenizer(opts.tokenizer_dir, opts.trust_remote_code)
+        self.end_id = self.tok.eos_token_id
+        self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.end_id
+        if opts.apply_chat_template and not self.tok.chat_template:
+            raise ValueError(f"{opts.tokenizer_dir} has no chat template; set tokenizer.apply_chat_template: false")
+
+    def validate(self, read: Reader) -> ValidRequest:
+        raw = read("text_input")
+        if raw is None:
+            raise RequestError("text_input", "is required")
+        if raw.size != 1:
+            raise RequestError("text_input", f"expects one prompt per request, got shape {list(raw.shape)}")
+        prompt = text("text_input", raw.reshape(-1)[0])
+        check("text_input", prompt.strip() != "", "must not be empty")
+        max_tokens = one(read, "max_tokens", int, required=True)
+        limit = self.opts.max_output_len
+        check("max_tokens", 1 <= max_tokens <= limit, f"must be in [1, {limit}], got {max_tokens}")
+        read_sampling(read, CLIENT_NAMES, max_tokens, self.opts.max_beam_width)  # range checks only
+        vocab = len(self.tok)
+        end_id, pad_id = one(read, "end_id", int, self.end_id), one(read, "pad_id", int, self.pad_id)
+        for name, v in (("end_id", end_id), ("pad_id", pad_id)):
+            check(name, 0 <= v < vocab, f"must lie in [0, {vocab}), got {v}")
+        return ValidRequest(
+            prompt=prompt, chat=one(read, "apply_chat_template", bool, self.opts.apply_chat_template),
+            max_tokens=max_tokens, streaming=one(read, "stream", bool, False), end_id=end_id, pad_id=pad_id,
+            stop_words=words(read, "stop_words"), bad_words=words(read, "bad_words"),
+        )
+
+    def _render(self, r: ValidRequest) -> str:
+        if not r.chat:
+            return r.prompt
+        if not self.tok.chat_template:
+            raise RequestError("apply_chat_template", "this model has no chat template")
+        # The template is the checkpoint's own; requests can only switch it on or off.
+        return self.tok.apply_chat_template([{"role": "user", "content": r.prompt}], tokenize=False,
+                                            add_generation_prompt=True)
+
+    def _word_ids(self, ws: list[str]) -> list[list[int]]:
+        return [self.tok.encode(w, add_special_tokens=False) for w in ws] if ws else []
+
+    def process(self, reads: list[Reader]) -> list[dict[str, np.ndarray] | RequestError]:
+        """One result per request: output tensors (with a leading batch dim of 1) or the error."""
+        results: list = []
+        valid: list[tuple[int, ValidRequest, str]] = []
+        for i, read in enumerate(reads):
+            try:
+                r = self.validate(read)
+                valid.append((i, r, self._render(r)))
+                results.append(None)
+            except RequestError as e:
+                results.append(e)
+        if not valid:
+            return results
+        # One tokenizer call for the whole batch. Chat-rendered text already holds its special tokens.
+        encoded = {}
+        for chat in (True, False):
+            group = [(i, s) for i, r, s in valid if r.chat == chat]
+            if group:
+                add = self.opts.add_special_tokens and not chat
+                ids = self.tok([s for _, s in group], add_special_tokens=add)["input_ids"]
+                encoded.update({i: x for (i, _), x in zip(group, ids)})
+        for i, r, _ in valid:
+            ids = encoded[i]
+            if len(ids) > self.opts.max_input_len:
+                results[i] = RequestError("text_input", f"prompt is {len(ids)} tokens, the limit is {self.opts.max_input_len}")
+                continue
+            results[i] = {
+                "input_ids": np.array([ids], dtype=np.int32),
+                "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+                "request_output_len": np.array([[r.max_tokens]], dtype=np.int32),
+                "out_end_id": np.array([[r.end_id]], dtype=np.int32),
+                "out_pad_id": np.array([[r.pad_id]], dtype=np.int32),
+                "streaming": np.array([[r.streaming]], dtype=np.bool_),
+                "stop_words_list": to_word_list(self._word_ids(r.stop_words))[None],
+                "bad_words_list": to_word_list(self._word_ids(r.bad_words))[None],
+            }
+        return results

@@ -1,0 +1,34 @@
+"""Sampling knobs read and range-checked once. The ensemble calls them top_k / top_p, the token-level
+model runtime_top_k / runtime_top_p (upstream names); `names` maps one onto the other."""
+
+from __future__ import annotations
+
+from .inputs import Reader, check, one
+
+CLIENT_NAMES = {"top_k": "top_k", "top_p": "top_p"}
+ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p"}
+
+
+def read_sampling(read: Reader, names: dict[str, str], max_tokens: int, max_beam_width: int = 1) -> dict:
+    top_k_name, top_p_name = names["top_k"], names["top_p"]
+    temperature = one(read, "temperature", float, 0.0)
+    check("temperature", temperature >= 0, f"must be >= 0, got {temperature}")
+    top_k = one(read, top_k_name, int, 0)
+    check(top_k_name, top_k >= 0, f"must be >= 0 (0 disables top-k), got {top_k}")
+    top_p = one(read, top_p_name, float, 1.0)
+    # 0 is TensorRT-LLM's "unset" value for top_p; accept it as "no top-p cut".
+    top_p = 1.0 if top_p == 0.0 else top_p
+    check(top_p_name, 0.0 < top_p <= 1.0, f"must be in (0, 1], got {top_p}")
+    rep = one(read, "repetition_penalty", float, 1.0)
+    check("repetition_penalty", rep > 0, f"must be > 0, got {rep}")
+    presence = one(read, "presence_penalty", float, 0.0)
+    frequency = one(read, "frequency_penalty", float, 0.0)
+    for name, v in (("presence_penalty", presence), ("frequency_penalty", frequency)):
+        check(name, -2.0 <= v <= 2.0, f"must be in [-2, 2], got {v}")
+    min_tokens = one(read, "min_tokens", int, 0)
+    check("min_tokens", 0 <= min_tokens <= max_tokens, f"must be in [0, max_tokens={max_tokens}], got {min_tokens}")
+    beam = one(read, "beam_width", int, 1)
+    check("beam_width", 1 <= beam <= max_beam_width, f"must be in [1, {max_beam_width}] for this engine, got {beam}")
+    seed = one(read, "seed", int, None)
+    return dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=rep,
+                presence_penalty=presence, frequency_penalty=frequency, min_tokens=min_tokens, seed=seed)

@@ -1,0 +1,78 @@
+"""Serve a spec in the foreground: build the checkpoint if missing, generate the repository, start
+tritonserver, say when it is ready. SIGINT/SIGTERM go to tritonserver, which drains in-flight
+requests (up to serving.exit_timeout_s) before it exits.
+
+    python -m llmserve.serve --spec specs/default.yaml [--http-port 8000 --grpc-port 8001 --metrics-port 8002]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .checkpoint import build_checkpoint
+from .generate import check_repository, spec_label, write_repository
+from .server import TritonProcess
+from .spec import ROOT, SpecError, load_spec
+
+DEFAULT_SPEC = ROOT / "specs" / "default.yaml"
+
+
+def prepare_repository(spec_path: Path, spec, repository: str | None) -> Path:
+    """The committed model_repository/ for the default spec (refusing drift), else a generated one."""
+    label = spec_label(spec_path)
+    if repository is None and spec_path.resolve() == DEFAULT_SPEC:
+        repo = ROOT / "model_repository"
+        problems = check_repository(spec, label, repo)
+        if problems:
+            raise SpecError(f"{repo} differs from {label} ({problems[0]}); run tools/generate.py --out {repo}")
+        return repo
+    repo = Path(repository) if repository else ROOT / "build" / "repos" / spec.name
+    write_repository(spec, label, repo)
+    return repo
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spec", default=str(DEFAULT_SPEC))
+    ap.add_argument("--repository", help="model repository to generate and serve (default: see above)")
+    ap.add_argument("--http-port", type=int)
+    ap.add_argument("--grpc-port", type=int)
+    ap.add_argument("--metrics-port", type=int)
+    args = ap.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        build_checkpoint(spec)
+        repo = prepare_repository(Path(args.spec), spec, args.repository)
+    except (SpecError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    s = spec.serving
+    http, grpc, metrics = args.http_port or s.http_port, args.grpc_port or s.grpc_port, args.metrics_port or s.metrics_port
+    server = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=s.exit_timeout_s)
+    print(f"[serve] starting tritonserver on HTTP :{http}, gRPC :{grpc}, metrics :{metrics} with {repo}", flush=True)
+    server.start()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _: server.proc.send_signal(signum))
+
+    def announce():
+        try:
+            server.wait_ready(timeout_s=600)
+        except (RuntimeError, TimeoutError) as e:
+            print(f"[serve] {e}", file=sys.stderr, flush=True)
+            return
+        print(f"\n[serve] ready. Try:\n  curl -s localhost:{http}/v2/models/ensemble/generate "
+              f"-d '{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
+              f"  curl -sN localhost:{http}/v2/models/ensemble/generate_stream "
+              f"-d '{{\"text_input\": \"Write a haiku about the sea.\", \"max_tokens\": 48, \"stream\": true}}'\n",
+              flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    return server.proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

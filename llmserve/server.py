@@ -1,0 +1,147 @@
+"""Find and start a real tritonserver.
+
+In the NGC container `tritonserver` is on PATH. Elsewhere (development, CI) it comes from the
+`nvidia-pytriton` wheel, which ships Triton 2.51 with the Python backend and stubs for several
+Pythons: we copy its server folder somewhere writable, put the stub for the running Python into
+backends/python, and set PATH / LD_LIBRARY_PATH so the stub finds this virtualenv's packages and
+the libpython it was linked against (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .spec import ROOT
+
+LOCAL_COPY = ROOT / "build" / "tritonserver"
+# Only inference, metadata and health through the default HTTP/gRPC APIs; model control, logging
+# and tracing need this header (set LLMSERVE_ADMIN_KEY to use them, e.g. for tests).
+RESTRICTED = "model-repository,logging,trace"
+
+
+@dataclass
+class ServerPaths:
+    binary: Path
+    backend_dir: Path
+    env: dict = field(default_factory=dict)
+
+
+def _pytriton_copy() -> ServerPaths:
+    import importlib.util
+
+    found = importlib.util.find_spec("pytriton")
+    if found is None:
+        raise FileNotFoundError("no tritonserver on PATH and nvidia-pytriton is not installed (run scripts/setup.sh)")
+    src = Path(list(found.submodule_search_locations)[0]) / "tritonserver"
+    libs = src.parent.parent / "nvidia_pytriton.libs"
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    dest = LOCAL_COPY / py
+    stub = src / "python_backend_stubs" / py / "triton_python_backend_stub"
+    if not stub.exists():
+        raise FileNotFoundError(f"nvidia-pytriton has no Python backend stub for Python {py}")
+    if not (dest / "backends/python/triton_python_backend_stub").exists():
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(src / "bin", dest / "bin")
+        shutil.copytree(src / "backends", dest / "backends")
+        shutil.copy2(stub, dest / "backends/python/triton_python_backend_stub")
+    venv_bin = str(Path(sys.executable).parent)
+    lib_path = [sysconfig.get_config_var("LIBDIR") or "", str(libs), os.environ.get("LD_LIBRARY_PATH", "")]
+    env = {
+        # The stub imports packages from the first python on PATH: it must be this virtualenv's.
+        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        "LD_LIBRARY_PATH": os.pathsep.join(p for p in lib_path if p),
+    }
+    return ServerPaths(dest / "bin" / "tritonserver", dest / "backends", env)
+
+
+def locate() -> ServerPaths:
+    on_path = shutil.which("tritonserver") or ("/opt/tritonserver/bin/tritonserver"
+                                               if Path("/opt/tritonserver/bin/tritonserver").exists() else None)
+    if on_path and not os.environ.get("LLMSERVE_USE_PYTRITON"):
+        return ServerPaths(Path(on_path), Path("/opt/tritonserver/backends"))
+    return _pytriton_copy()
+
+
+def command(paths: ServerPaths, repository: Path, *, http_port: int, grpc_port: int, metrics_port: int,
+            exit_timeout_s: int, instance_tag: str, admin_key: str | None = None, extra: list[str] = ()) -> list[str]:
+    key = admin_key or os.environ.get("LLMSERVE_ADMIN_KEY") or os.urandom(16).hex()
+    return [
+        str(paths.binary),
+        f"--model-repository={repository}",
+        f"--backend-directory={paths.backend_dir}",
+        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
+        f"--exit-timeout-secs={exit_timeout_s}",
+        "--strict-readiness=true",
+        "--model-control-mode=none",
+        # Several servers on one host need distinct shared-memory names for their Python stubs.
+        f"--backend-config=python,shm-region-prefix-name={instance_tag}_",
+        f"--http-restricted-api={RESTRICTED}:llmserve-admin-key={key}",
+        f"--grpc-restricted-protocol={RESTRICTED}:llmserve-admin-key={key}",
+        "--log-verbose=0",
+        *extra,
+    ]
+
+
+def is_ready(http_port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{http_port}/v2/health/ready", timeout=timeout) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+class TritonProcess:
+    """A tritonserver child process; used by serve, the tests and the cluster scripts."""
+
+    def __init__(self, repository: Path, *, http_port: int = 8000, grpc_port: int = 8001, metrics_port: int = 8002,
+                 exit_timeout_s: int = 60, log_path: Path | None = None, admin_key: str | None = None,
+                 extra: list[str] = ()):
+        self.paths = locate()
+        self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
+        self.cmd = command(self.paths, Path(repository).resolve(), http_port=http_port, grpc_port=grpc_port,
+                           metrics_port=metrics_port, exit_timeout_s=exit_timeout_s,
+                           instance_tag=f"llmserve{http_port}", admin_key=admin_key, extra=list(extra))
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "TritonProcess":
+        env = {**os.environ, **self.paths.env}
+        out = open(self.log_path, "ab") if self.log_path else None
+        self.proc = subprocess.Popen(self.cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                     start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.proc.returncode} before it was ready"
+                                   + (f"; log: {self.log_path}" if self.log_path else ""))
+            if is_ready(self.http_port):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"tritonserver not ready on :{self.http_port} after {timeout_s} s")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 90) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
