@@ -9,6 +9,7 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .ha_spec import HighAvailability
 from .trtllm_spec import TensorRTLLMEngine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,8 @@ class Serving(Strict):
     metrics_port: int = 8002
     exit_timeout_s: int = Field(default=60, ge=1)
     """How long tritonserver waits for in-flight requests on SIGTERM."""
+    request_timeout_s: float = Field(default=600, gt=0)
+    """A request still generating after this long is cancelled and answered with an error."""
     unary_twins: bool = True
     """Also generate ensemble_unary / tensorrt_llm_unary so unary infer works beside streaming."""
 
@@ -128,6 +131,7 @@ class Spec(Strict):
     preprocessing: PythonModel = PythonModel()
     postprocessing: PythonModel = PythonModel(dynamic_batching=DynamicBatching(max_queue_delay_us=0, preserve_ordering=True))
     serving: Serving = Serving()
+    ha: HighAvailability = HighAvailability()
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -1,0 +1,82 @@
+"""Shared fixtures: real tritonservers on free ports, started from a spec's generated repository."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from llmserve.checkpoint import build_checkpoint
+from llmserve.generate import write_repository
+from llmserve.server import TritonProcess
+from llmserve.spec import ROOT, load_spec
+
+ADMIN_KEY = "llmserve-tests"
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@dataclass
+class Server:
+    process: TritonProcess
+    repository: Path
+    log: Path
+
+    @property
+    def http(self) -> str:
+        return f"localhost:{self.process.http_port}"
+
+    @property
+    def grpc(self) -> str:
+        return f"localhost:{self.process.grpc_port}"
+
+    @property
+    def metrics(self) -> str:
+        return f"http://localhost:{self.process.metrics_port}/metrics"
+
+
+def start_server(spec_path: Path, workdir: Path, *, repository: Path | None = None, extra=()) -> Server:
+    spec = load_spec(spec_path)
+    build_checkpoint(spec)
+    if repository is None:
+        repository = workdir / "model_repository"
+        write_repository(spec, spec_path.name, repository)
+    http, grpc, metrics = free_ports(3)
+    log = workdir / f"tritonserver-{http}.log"
+    proc = TritonProcess(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                         exit_timeout_s=spec.serving.exit_timeout_s, log_path=log, admin_key=ADMIN_KEY, extra=extra)
+    proc.start()
+    try:
+        proc.wait_ready(timeout_s=300)
+    except Exception:
+        proc.stop()
+        print(log.read_text()[-5000:])
+        raise
+    return Server(proc, repository, log)
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tmp_path_factory):
+    """The tiny random model (fast) behind the full ensemble."""
+    server = start_server(ROOT / "specs/tiny.yaml", tmp_path_factory.mktemp("tiny"))
+    yield server
+    server.process.stop()
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(tmp_path_factory):
+    """The committed model_repository/ with the real SmolLM2-135M-Instruct."""
+    server = start_server(ROOT / "specs/default.yaml", tmp_path_factory.mktemp("smollm2"),
+                          repository=ROOT / "model_repository")
+    yield server
+    server.process.stop()
