@@ -219,7 +219,7 @@ def kv_cap(spec: Spec, lim: Limits, place: P.Placement, engine_cfg: dict | None,
         cap = t.max_tokens_in_paged_kv_cache
         if t.gpu_memory_gib is not None and shape is not None:
             per_token = P.kv_bytes_per_token(shape, lim.dtype, t.tp_size, t.pp_size)
-            weights = _weights(spec, shape, lim, where)
+            weights, _ = _weights(spec, shape, lim, where)
             limit, _ = P.kv_cap_tokens(gpu_memory_gib=t.gpu_memory_gib, weights_bytes=weights,
                                        reserved_gib=t.reserved_gib_per_instance, sharing=sharing, fraction=1.0,
                                        bytes_per_token=per_token, tokens_per_block=1)
@@ -237,12 +237,13 @@ def kv_cap(spec: Spec, lim: Limits, place: P.Placement, engine_cfg: dict | None,
                              f"checkpoint config.json). Run scripts/build_engine.py --spec ... first, or set "
                              "engine.tensorrtllm.max_tokens_in_paged_kv_cache")
         per_token = P.kv_bytes_per_token(shape, lim.dtype, t.tp_size, t.pp_size)
-        weights = _weights(spec, shape, lim, where)
+        weights, weights_from = _weights(spec, shape, lim, where)
         cap, how = P.kv_cap_tokens(gpu_memory_gib=t.gpu_memory_gib, weights_bytes=weights,
                                    reserved_gib=t.reserved_gib_per_instance, sharing=sharing,
                                    fraction=t.kv_cache_free_gpu_mem_fraction, bytes_per_token=per_token,
                                    tokens_per_block=lim.tokens_per_block)
-        note(f"{sharing} instances per GPU: max_tokens_in_paged_kv_cache = {how}; model shape from {shape.source}")
+        note(f"{sharing} instances per GPU: max_tokens_in_paged_kv_cache = {how}; model shape from {shape.source}; "
+             f"weights {weights_from}")
     if cap < floor:
         raise ValueError(f"max_tokens_in_paged_kv_cache {cap} cannot hold one sequence of max_seq_len "
                          f"{lim.max_seq_len} (needs {floor} = beam {lim.max_beam_width} x blocks of "
@@ -254,14 +255,15 @@ def kv_cap(spec: Spec, lim: Limits, place: P.Placement, engine_cfg: dict | None,
     return cap
 
 
-def _weights(spec: Spec, shape: P.ModelShape, lim: Limits, where: Path) -> int:
+def _weights(spec: Spec, shape: P.ModelShape, lim: Limits, where: Path) -> tuple[int, str]:
+    """Engine bytes on one GPU: measured rank files > the spec's weights_gib_per_gpu > estimate."""
     t = spec.engine.tensorrtllm
     measured = engine_weight_bytes(where)
     if measured is not None:
-        return measured
+        return measured, "measured from the engine's rank files"
     if t.weights_gib_per_gpu is not None:
-        return int(t.weights_gib_per_gpu * P.GIB)
-    return P.weight_bytes_estimate(shape, lim.dtype, t.tp_size, t.pp_size)
+        return int(t.weights_gib_per_gpu * P.GIB), "engine.tensorrtllm.weights_gib_per_gpu"
+    return P.weight_bytes_estimate(shape, lim.dtype, t.tp_size, t.pp_size), "estimated from the parameter count"
 
 
 # --- the config ------------------------------------------------------------------------------------
