@@ -11,12 +11,15 @@ the Hugging Face safetensors checkpoint; outputs match transformers' greedy outp
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
+
+from .cuda_graphs import DecodeGraphs
 
 SUPPORTED = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 
@@ -86,13 +89,18 @@ class LlamaModel:
         self.max_slots, self.max_seq_len = max_slots, max_seq_len
         self.w = self._load(Path(path))
         inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
-        freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+        # One position past the end: the scratch position of CUDA-graph decode steps (cuda_graphs.py).
+        freqs = torch.outer(torch.arange(max_seq_len + 1, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = emb.cos().to(device, dtype)  # [max_seq, D]
         self.sin = emb.sin().to(device, dtype)
-        shape = (cfg.num_layers, max_slots, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
+        shape = (cfg.num_layers, max_slots, cfg.num_kv_heads, max_seq_len + 1, cfg.head_dim)
         self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
         self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
+        # Decode steps replay CUDA graphs on a GPU (LLMSERVE_CUDA_GRAPHS=0 turns them off).
+        self.graphs: DecodeGraphs | None = None
+        if device.type == "cuda" and os.environ.get("LLMSERVE_CUDA_GRAPHS", "1") != "0":
+            self.graphs = DecodeGraphs(self)
 
     def kv_cache_bytes(self) -> int:
         return 2 * self.k_cache.numel() * self.k_cache.element_size()
@@ -128,6 +136,8 @@ class LlamaModel:
         returns logits [B, vocab] (float32)"""
         cfg, w = self.cfg, self.w
         B, S = tokens.shape
+        if S == 1 and last is None and self.graphs is not None:
+            return self.graphs.decode(tokens, slots, positions, kv_len)
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         x = F.embedding(tokens, w["embed_tokens.weight"])
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [B,1,S,D]
