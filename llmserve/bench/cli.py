@@ -1,0 +1,145 @@
+"""python tools/bench.py --url localhost:8001 --concurrency 1,8 --input-len 64 --output-len 32 --duration 20 --out DIR"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import platform
+import sys
+from pathlib import Path
+
+from . import report
+from .runner import fixed_concurrency, poisson_rate, warm_up
+from .targets import GrpcEnsemble, GrpcTokens, HttpEnsemble, InProcessEngine
+from .workload import make_prompts
+
+TARGETS = ("ensemble", "ensemble-http", "tensorrt_llm", "engine")
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x]
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Load generator for the Triton LLM ensemble: TTFT, ITL, E2E, tokens/s.")
+    p.add_argument("--url", default="localhost:8001", help="Triton gRPC host:port")
+    p.add_argument("--http-url", default="localhost:8000", help="Triton HTTP host:port (target ensemble-http)")
+    p.add_argument("--targets", default="ensemble", help=f"comma list of {', '.join(TARGETS)}")
+    p.add_argument("--model", default="ensemble", help="model name for the ensemble targets")
+    p.add_argument("--token-model", default="tensorrt_llm", help="model name for the tensorrt_llm target")
+    p.add_argument("--spec", default="specs/default.yaml", help="spec giving the checkpoint (tokenizer, engine target)")
+    p.add_argument("--checkpoint", help="checkpoint dir (overrides the spec's): tokenizer and engine weights")
+    p.add_argument("--concurrency", default="", help="fixed-concurrency sweep, e.g. 1,8,32")
+    p.add_argument("--request-rate", default="", help="Poisson arrival rates in requests/s, e.g. 2,4")
+    p.add_argument("--max-concurrency", type=int, default=0, help="cap on requests in flight for --request-rate")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--duration", type=float, default=None, help="seconds of measurement per load point")
+    p.add_argument("--requests", type=int, default=None, help="requests per load point (with or without --duration)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up requests per load point (default: the concurrency, at least 2)")
+    p.add_argument("--num-prompts", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results/bench", help="directory for results.json, results.csv and plots")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--label", default="", help="free text stored in results.json (machine, variant)")
+    g = p.add_argument_group("engine target (in-process, no Triton)")
+    g.add_argument("--engine-device", default=None, help="cpu|cuda|auto (default: the spec's)")
+    g.add_argument("--engine-dtype", default=None)
+    g.add_argument("--engine-max-slots", type=int, default=None, help="default: the spec's max_batch_size")
+    g.add_argument("--engine-max-seq-len", type=int, default=None, help="default: max_input_len + max_output_len")
+    g.add_argument("--engine-threads", type=int, default=None)
+    g.add_argument("--ignore-eos", action="store_true",
+                   help="engine target: no end ids instead of min_tokens = max_tokens (the plain sampling path)")
+    return p
+
+
+def _engine_target(args, checkpoint: str, spec) -> InProcessEngine:
+    eng = spec.engine if spec else None
+    return InProcessEngine(
+        checkpoint,
+        device=args.engine_device or (eng.torch.device if eng else "auto"),
+        dtype=args.engine_dtype or (eng.torch.dtype if eng else "auto"),
+        max_slots=args.engine_max_slots or (eng.max_batch_size if eng else 8),
+        max_seq_len=args.engine_max_seq_len or (eng.max_input_len + eng.max_output_len if eng else 1024),
+        ignore_eos=args.ignore_eos,
+        threads=args.engine_threads if args.engine_threads is not None else (eng.torch.threads if eng else 0),
+    )
+
+
+async def main_async(args) -> dict:
+    spec = None
+    checkpoint = args.checkpoint
+    if not checkpoint or "engine" in args.targets:
+        try:
+            from ..spec import load_spec
+
+            spec = load_spec(Path(args.spec))
+            checkpoint = checkpoint or str(spec.checkpoint_path())
+        except Exception as e:  # noqa: BLE001
+            if not checkpoint:
+                sys.exit(f"need --checkpoint (could not read spec {args.spec}: {e})")
+    loads = [("concurrency", c) for c in _ints(args.concurrency)] + [("rate", r) for r in _floats(args.request_rate)]
+    if not loads:
+        loads = [("concurrency", 1)]
+    if not args.duration and not args.requests:
+        args.duration = 20.0
+    prompts = make_prompts(checkpoint, args.num_prompts, args.input_len, args.seed)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    for t in targets:
+        if t not in TARGETS:
+            sys.exit(f"unknown target {t!r} (choose from {', '.join(TARGETS)})")
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv), "host": platform.node(), "machine": platform.machine(),
+        "python": platform.python_version(), "label": args.label, "checkpoint": checkpoint,
+        "input_len": args.input_len, "output_len": args.output_len, "duration_s": args.duration,
+        "requests": args.requests, "url": args.url, "targets": targets,
+        "itl_definition": "(last token time - first token time) / (tokens - 1) per request",
+    }
+    runs = []
+    for name in targets:
+        target = {"ensemble": lambda: GrpcEnsemble(args.url, args.model),
+                  "ensemble-http": lambda: HttpEnsemble(args.http_url, args.model),
+                  "tensorrt_llm": lambda: GrpcTokens(args.url, args.token_model),
+                  "engine": lambda: _engine_target(args, checkpoint, spec)}[name]()
+        await target.open()
+        try:
+            for mode, load in loads:
+                conc = load if mode == "concurrency" else max(1, args.max_concurrency or int(load * 2))
+                n_warm = args.warmup if args.warmup is not None else max(2, int(conc))
+                if n_warm:
+                    await warm_up(target, prompts, args.output_len, n_warm, int(conc))
+                desc = f"{name} {mode}={load}"
+                if mode == "concurrency":
+                    res = await fixed_concurrency(target, prompts, args.output_len, int(load), duration=args.duration,
+                                                  requests=args.requests, progress=not args.no_progress, desc=desc)
+                else:
+                    res = await poisson_rate(target, prompts, args.output_len, load, duration=args.duration,
+                                             requests=args.requests, seed=args.seed,
+                                             max_concurrency=args.max_concurrency, progress=not args.no_progress,
+                                             desc=desc)
+                summary = report.summarize(res)
+                runs.append({"target": name, "mode": mode, "load": load, "summary": summary})
+                s = summary
+                print(f"{desc:28s} {s['output_tokens_per_s']:>10.1f} tok/s {s['requests_per_s']:>7.2f} req/s  "
+                      f"TTFT p50 {s['ttft_ms']['p50']} ms  ITL p50 {s['itl_ms']['p50']} ms  "
+                      f"E2E p50 {s['e2e_ms']['p50']} ms  errors {s['errors']}", flush=True)
+        finally:
+            await target.close()
+    doc = report.write(Path(args.out), meta, runs)
+    if doc["ratios"]:
+        print("ratios:", json.dumps(doc["ratios"]))
+    print(f"wrote {args.out}/results.json, results.csv, throughput.png, latency.png")
+    return doc
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    doc = asyncio.run(main_async(args))
+    return 1 if any(r["summary"]["errors"] for r in doc["runs"]) else 0

@@ -1,0 +1,112 @@
+"""Closed-loop fixed concurrency, or open-loop Poisson arrivals; warm-up first, then a measured
+window bounded by a duration and/or a request count."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+
+from .targets import Record, Target
+from .workload import Prompt
+
+
+@dataclass
+class RunResult:
+    records: list[Record]
+    started: float
+    ended: float
+
+
+def _bar(total, desc: str, show: bool):
+    if not show:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="req" if isinstance(total, int) else "s", leave=False)
+
+
+async def warm_up(target: Target, prompts: list[Prompt], output_len: int, n: int, concurrency: int) -> None:
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(i: int):
+        async with sem:
+            await target.request(prompts[i % len(prompts)], output_len)
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def fixed_concurrency(target: Target, prompts: list[Prompt], output_len: int, concurrency: int, *,
+                            duration: float | None, requests: int | None, progress: bool = True,
+                            desc: str = "") -> RunResult:
+    """`concurrency` workers, each sending its next request as soon as the last one ends; new
+    requests stop at the deadline or after `requests`, and requests in flight are waited for."""
+    records: list[Record] = []
+    counter = iter(range(10**12))
+    started = time.perf_counter()
+    deadline = started + duration if duration else float("inf")
+    bar = _bar(requests or int(duration or 0), desc, progress)
+    last_tick = [started]
+
+    def tick(rec: Record):
+        records.append(rec)
+        if bar is None:
+            return
+        if requests:
+            bar.update(1)
+        else:
+            now = min(time.perf_counter(), deadline)
+            bar.update(int(now - started) - int(last_tick[0] - started))
+            last_tick[0] = now
+
+    async def worker():
+        while time.perf_counter() < deadline:
+            i = next(counter)
+            if requests and i >= requests:
+                return
+            tick(await target.request(prompts[i % len(prompts)], output_len))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if bar is not None:
+        bar.close()
+    return RunResult(records, started, time.perf_counter())
+
+
+async def poisson_rate(target: Target, prompts: list[Prompt], output_len: int, rate: float, *,
+                       duration: float | None, requests: int | None, seed: int = 0, max_concurrency: int = 0,
+                       progress: bool = True, desc: str = "") -> RunResult:
+    """Requests arrive as a Poisson process of `rate` per second (exponential gaps), whatever the
+    server's pace; `max_concurrency` > 0 caps how many are in flight (the rest wait)."""
+    rng = random.Random(seed)
+    records: list[Record] = []
+    tasks = []
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    started = time.perf_counter()
+    deadline = started + duration if duration else float("inf")
+    bar = _bar(requests or None, desc, progress)
+
+    async def one(i: int):
+        if sem:
+            async with sem:
+                rec = await target.request(prompts[i % len(prompts)], output_len)
+        else:
+            rec = await target.request(prompts[i % len(prompts)], output_len)
+        records.append(rec)
+        if bar is not None:
+            bar.update(1)
+
+    i, t = 0, started
+    while (not requests or i < requests):
+        t += rng.expovariate(rate)
+        if t >= deadline:
+            break
+        await asyncio.sleep(max(0.0, t - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(i)))
+        i += 1
+    await asyncio.gather(*tasks)
+    if bar is not None:
+        bar.close()
+    return RunResult(records, started, time.perf_counter())

@@ -1,0 +1,246 @@
+"""What a request is sent to. Each target's `request()` returns a Record with client-side times.
+
+* ensemble (gRPC streaming, `stream_infer`): text in, text chunks out: the full Triton path.
+* ensemble-http: the same over HTTP `generate_stream` (server-sent events).
+* tensorrt_llm: the token-level decoupled model over gRPC streaming (no pre/post-processing).
+* engine: the torch engine in this process, no Triton at all (the same Engine thread and callbacks).
+
+Output lengths are exact: min_tokens = max_tokens (the engine target can instead drop end ids)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .workload import Prompt
+
+_ids = itertools.count()
+
+
+@dataclass
+class Record:
+    start: float
+    first: float | None = None
+    last: float | None = None
+    end: float | None = None
+    chunks: int = 0
+    tokens: int = 0
+    error: str | None = None
+    chunk_times: list[float] = field(default_factory=list)
+
+    def mark(self, n_tokens: int) -> None:
+        now = time.perf_counter()
+        if n_tokens <= 0:
+            return
+        self.first = self.first or now
+        self.last = now
+        self.chunks += 1
+        self.tokens += n_tokens
+        self.chunk_times.append(now)
+
+
+class Target:
+    name = "?"
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def request(self, prompt: Prompt, output_len: int) -> Record:
+        raise NotImplementedError
+
+
+class _GrpcStreaming(Target):
+    def __init__(self, url: str, model: str):
+        self.url, self.model = url, model
+
+    async def open(self) -> None:
+        from tritonclient.grpc.aio import InferenceServerClient
+
+        self.client = InferenceServerClient(self.url)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def _inputs(self, prompt: Prompt, output_len: int):
+        raise NotImplementedError
+
+    def _count(self, result, output_len: int) -> int:
+        raise NotImplementedError
+
+    async def request(self, prompt: Prompt, output_len: int) -> Record:
+        inputs, outputs = self._inputs(prompt, output_len)
+        rec = Record(time.perf_counter())
+
+        async def requests():
+            yield {"model_name": self.model, "inputs": inputs, "outputs": outputs,
+                   "request_id": str(next(_ids)), "enable_empty_final_response": True}
+
+        try:
+            async for result, error in self.client.stream_infer(requests()):
+                if error is not None:
+                    rec.error = str(error)
+                    break
+                rec.mark(self._count(result, output_len))
+                final = result.get_response().parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    break
+        except Exception as e:  # noqa: BLE001  (a benchmark counts failures, it does not stop)
+            rec.error = f"{type(e).__name__}: {e}"
+        rec.end = time.perf_counter()
+        return rec
+
+
+def _tensor(mod, name: str, value, dtype: str):
+    arr = np.array(value, dtype=object if dtype == "BYTES" else {"INT32": np.int32, "BOOL": bool}[dtype])
+    t = mod.InferInput(name, list(arr.shape), dtype)
+    t.set_data_from_numpy(arr)
+    return t
+
+
+class GrpcEnsemble(_GrpcStreaming):
+    name = "ensemble"
+
+    def __init__(self, url: str, model: str = "ensemble"):
+        super().__init__(url, model)
+
+    def _inputs(self, prompt: Prompt, output_len: int):
+        from tritonclient import grpc as g
+
+        inputs = [_tensor(g, "text_input", [[prompt.text.encode()]], "BYTES"),
+                  _tensor(g, "max_tokens", [[output_len]], "INT32"),
+                  _tensor(g, "min_tokens", [[output_len]], "INT32"),
+                  _tensor(g, "stream", [[True]], "BOOL"),
+                  _tensor(g, "apply_chat_template", [[False]], "BOOL")]
+        return inputs, [g.InferRequestedOutput("text_output")]
+
+    def _count(self, result, output_len: int) -> int:
+        out = result.as_numpy("text_output")
+        # One streamed chunk is one engine step's token for this request. A chunk can be empty text
+        # (a token that completes no character yet): it still counts as a token.
+        return 0 if out is None else 1
+
+
+class GrpcTokens(_GrpcStreaming):
+    name = "tensorrt_llm"
+
+    def __init__(self, url: str, model: str = "tensorrt_llm"):
+        super().__init__(url, model)
+
+    def _inputs(self, prompt: Prompt, output_len: int):
+        from tritonclient import grpc as g
+
+        inputs = [_tensor(g, "input_ids", [prompt.ids], "INT32"),
+                  _tensor(g, "input_lengths", [[len(prompt.ids)]], "INT32"),
+                  _tensor(g, "request_output_len", [[output_len]], "INT32"),
+                  _tensor(g, "min_tokens", [[output_len]], "INT32"),
+                  _tensor(g, "streaming", [[True]], "BOOL")]
+        return inputs, [g.InferRequestedOutput("output_ids"), g.InferRequestedOutput("sequence_length")]
+
+    def _count(self, result, output_len: int) -> int:
+        n = result.as_numpy("sequence_length")
+        return 0 if n is None else int(n.reshape(-1)[0])
+
+
+class HttpEnsemble(Target):
+    """POST /v2/models/<model>/generate_stream; one server-sent event per streamed chunk."""
+
+    name = "ensemble-http"
+
+    def __init__(self, url: str, model: str = "ensemble"):
+        self.url = url if url.startswith("http") else f"http://{url}"
+        self.model = model
+
+    async def open(self) -> None:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def request(self, prompt: Prompt, output_len: int) -> Record:
+        body = {"text_input": prompt.text, "max_tokens": output_len, "min_tokens": output_len, "stream": True,
+                "apply_chat_template": False}
+        rec = Record(time.perf_counter())
+        try:
+            async with self.session.post(f"{self.url}/v2/models/{self.model}/generate_stream", json=body) as r:
+                if r.status != 200:
+                    rec.error = f"HTTP {r.status}: {(await r.text())[:200]}"
+                async for line in r.content:
+                    if not line.startswith(b"data:"):
+                        continue
+                    event = json.loads(line[5:])
+                    if "error" in event:
+                        rec.error = str(event["error"])
+                        break
+                    if "text_output" in event:
+                        rec.mark(1)
+        except Exception as e:  # noqa: BLE001
+            rec.error = f"{type(e).__name__}: {e}"
+        rec.end = time.perf_counter()
+        return rec
+
+
+class InProcessEngine(Target):
+    """The engine without Triton: LlamaModel + Engine (its own thread), callbacks into asyncio."""
+
+    name = "engine"
+
+    def __init__(self, checkpoint: str, *, device: str = "auto", dtype: str = "auto", max_slots: int = 8,
+                 max_seq_len: int = 1024, ignore_eos: bool = False, threads: int = 0):
+        self.args = (checkpoint, device, dtype, max_slots, max_seq_len, threads)
+        self.ignore_eos = ignore_eos
+
+    async def open(self) -> None:
+        import torch
+
+        from ..engine.engine import Engine
+        from ..engine.llama import LlamaModel, pick_device, pick_dtype
+        from ..tokenizer import load_fast
+
+        checkpoint, device, dtype, slots, seq, threads = self.args
+        if threads:
+            torch.set_num_threads(threads)
+        dev = pick_device(device)
+        self.model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), slots, seq)
+        self.engine = Engine(self.model, load_fast(checkpoint))
+        self.engine.start()
+
+    async def close(self) -> None:
+        self.engine.shutdown()
+
+    async def request(self, prompt: Prompt, output_len: int) -> Record:
+        from ..engine.engine import Sequence
+        from ..engine.sampling import SamplingParams
+
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        rec = Record(time.perf_counter())
+
+        def on_output(seq, tokens, logprobs, finished, reason):  # engine thread
+            n = len(tokens)
+            loop.call_soon_threadsafe(self._deliver, rec, done, n, finished, reason)
+
+        if self.ignore_eos:  # no end ids at all: exact length on the plain (batched) sampling path
+            params = SamplingParams(max_new_tokens=output_len)
+        else:  # what the Triton targets ask for: min_tokens = max_tokens
+            params = SamplingParams(max_new_tokens=output_len, min_tokens=output_len,
+                                    end_ids=self.model.cfg.eos_token_ids)
+        self.engine.submit(Sequence(prompt=list(prompt.ids), params=params, on_output=on_output))
+        await done
+        rec.end = time.perf_counter()
+        return rec
+
+    @staticmethod
+    def _deliver(rec: Record, done, n: int, finished: bool, reason) -> None:
+        rec.mark(n)
+        if finished and not done.done():
+            if reason not in ("length", "stop", "stop_word"):
+                rec.error = str(reason)
+            done.set_result(None)

@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""Benchmark the LLM ensemble (gRPC streaming / HTTP SSE), the token-level model, or the engine in-process.
+
+Example: python tools/bench.py --url localhost:8001 --concurrency 1,8 --input-len 64 --output-len 32 --duration 20 --out DIR
+See llmserve/bench/ and docs/perf-cpu-bench.md."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from llmserve.bench.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
