@@ -1,0 +1,380 @@
+"""N tritonservers behind HAProxy on one host, in the foreground; and a rolling restart without errors.
+
+    python -m llmserve.cluster --replicas 3 [--spec specs/default.yaml]      (scripts/serve.sh --replicas 3)
+    python -m llmserve.cluster rolling-restart [--spec ...]                  (from another shell)
+
+The cluster process starts the replicas on ha.base_*_port + i, renders haproxy.cfg from the spec,
+runs `haproxy -W -db` with it and supervises: a replica that dies is started again (HAProxy's
+checks keep traffic away until it is ready). It writes build/haproxy/cluster.json (replica pids and
+ports, the runtime-API socket) for `rolling-restart`, which, one server at a time:
+
+  1. `set server triton_http/<s> state drain` on HAProxy's runtime API: no new requests (the gRPC
+     server tracks the HTTP one, so it drains too); in-flight requests and streams go on;
+  2. waits until HAProxy counts 0 sessions on it (both backends), at most ha.drain_timeout_s;
+  3. `state maint` (no more checks or pooled connections), SIGTERM: Triton finishes what is left
+     (up to serving.exit_timeout_s) and exits; the supervisor starts it again;
+  4. waits for /v2/health/ready on the server itself, `state ready`, waits until HAProxy has it UP;
+  5. next server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from .haproxy import Backend, check_config, render
+from .server import TritonProcess, is_ready
+from .spec import ROOT, Spec, SpecError, load_spec, resolve
+
+HTTP_BACKEND, GRPC_BACKEND = "triton_http", "triton_grpc"
+
+
+def log(msg: str) -> None:
+    print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class RuntimeAPI:
+    """HAProxy's runtime API over the admin stats socket (one command per connection)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+
+    def cmd(self, line: str, timeout: float = 5.0) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(self.path)
+            s.sendall(line.encode() + b"\n")
+            chunks = []
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+        return b"".join(chunks).decode()
+
+    def stat(self) -> dict[tuple[str, str], dict[str, str]]:
+        """`show stat` as {(backend, server): row} (rows for servers only)."""
+        text = self.cmd("show stat").strip().splitlines()
+        header = text[0].lstrip("# ").split(",")
+        rows = {}
+        for line in text[1:]:
+            row = dict(zip(header, line.split(",")))
+            if row.get("svname") not in ("FRONTEND", "BACKEND"):
+                rows[(row["pxname"], row["svname"])] = row
+        return rows
+
+    def set_state(self, server: str, state: str) -> None:
+        """state: ready | drain | maint. Set on the HTTP backend; the tracking gRPC server follows."""
+        out = self.cmd(f"set server {HTTP_BACKEND}/{server} state {state}").strip()
+        if out:
+            raise RuntimeError(f"haproxy: set server {server} state {state}: {out}")
+
+    def sessions(self, server: str) -> int:
+        st = self.stat()
+        return sum(int(st[(b, server)]["scur"] or 0) for b in (HTTP_BACKEND, GRPC_BACKEND) if (b, server) in st)
+
+    def status(self, server: str, backend: str = HTTP_BACKEND) -> str:
+        return self.stat()[(backend, server)]["status"]
+
+    def wait_status(self, server: str, want: str = "UP", timeout_s: float = 60) -> float:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if self.status(server) == want:
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        raise TimeoutError(f"haproxy: {server} not {want} after {timeout_s} s (is {self.status(server)})")
+
+
+def rolling_restart(api: RuntimeAPI, names: list[str], restart: Callable[[str], None], *,
+                    drain_timeout_s: float, up_timeout_s: float = 120, say=log) -> list[dict]:
+    """Restart each server in turn without failing or cutting a request (see the module docstring).
+    restart(name) must stop the server (SIGTERM) and return once it is ready again."""
+    report = []
+    for name in names:
+        t0 = time.monotonic()
+        api.set_state(name, "drain")
+        say(f"{name}: draining ({api.sessions(name)} sessions)")
+        while api.sessions(name) > 0 and time.monotonic() - t0 < drain_timeout_s:
+            time.sleep(0.1)
+        left = api.sessions(name)
+        drained = time.monotonic() - t0
+        say(f"{name}: drained in {drained:.1f} s" + (f" ({left} sessions still open: Triton finishes them "
+                                                      f"on SIGTERM)" if left else ""))
+        api.set_state(name, "maint")
+        restart(name)
+        api.set_state(name, "ready")
+        up = api.wait_status(name, "UP", up_timeout_s)
+        total = time.monotonic() - t0
+        say(f"{name}: back UP in HAProxy {up:.1f} s after ready; {total:.1f} s in all")
+        report.append({"server": name, "drain_s": round(drained, 2), "left_sessions": left, "total_s": round(total, 2)})
+    return report
+
+
+class Replica:
+    """One tritonserver of the cluster, restartable with the same ports."""
+
+    def __init__(self, index: int, repository: Path, ports: tuple[int, int, int], *, exit_timeout_s: int,
+                 log_dir: Path, admin_key: str | None = None, extra: list[str] = ()):
+        self.index, self.name = index, f"triton{index}"
+        self.repository, self.ports = repository, ports
+        self.kw = dict(exit_timeout_s=exit_timeout_s, admin_key=admin_key, extra=list(extra),
+                       log_path=log_dir / f"{self.name}.log")
+        self.process: TritonProcess | None = None
+        self.stopping = False
+
+    def start(self) -> "Replica":
+        h, g, m = self.ports
+        self.process = TritonProcess(self.repository, http_port=h, grpc_port=g, metrics_port=m, **self.kw).start()
+        return self
+
+    def wait_ready(self, timeout_s: float = 600) -> None:
+        self.process.wait_ready(timeout_s)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        return self.process.stop(sig) if self.process else None
+
+    def kill(self) -> None:
+        """kill -9 the server and its Python-backend stubs (its own process group)."""
+        try:
+            os.killpg(self.process.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.proc.wait()
+
+    def restart(self, timeout_s: float = 600) -> None:
+        self.stop()
+        self.start().wait_ready(timeout_s)
+
+    @property
+    def pid(self) -> int:
+        return self.process.proc.pid
+
+    @property
+    def http_port(self) -> int:
+        return self.ports[0]
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.proc.poll() is None
+
+
+class Cluster:
+    """Replicas + HAProxy. Tests pass their own (free) ports; the CLI uses the spec's."""
+
+    def __init__(self, spec: Spec, repository: Path, workdir: Path, *, replicas: int | None = None,
+                 replica_ports: list[tuple[int, int, int]] | None = None, lb_ports: tuple[int, int, int] | None = None,
+                 admin_key: str | None = None, extra: dict[int, list[str]] | None = None, haproxy: str = "haproxy"):
+        self.spec, self.workdir = spec, Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        n = replicas or spec.ha.replicas
+        ports = replica_ports or [spec.ha.replica_ports(i) for i in range(n)]
+        self.replicas = [Replica(i, repository, ports[i], exit_timeout_s=spec.serving.exit_timeout_s,
+                                 log_dir=self.workdir, admin_key=admin_key, extra=(extra or {}).get(i, []))
+                         for i in range(n)]
+        ha = spec.ha
+        self.http_port, self.grpc_port, self.stats_port = lb_ports or (ha.http_port, ha.grpc_port, ha.stats_port)
+        self.socket = self.workdir / "haproxy.sock"
+        self.cfg_path = self.workdir / "haproxy.cfg"
+        self.haproxy_bin = haproxy
+        self.haproxy: subprocess.Popen | None = None
+        self.api = RuntimeAPI(self.socket)
+
+    def by_name(self, name: str) -> Replica:
+        return next(r for r in self.replicas if r.name == name)
+
+    def render(self) -> str:
+        ha = self.spec.ha.model_copy(update={"http_port": self.http_port, "grpc_port": self.grpc_port,
+                                             "stats_port": self.stats_port})
+        spec = self.spec.model_copy(update={"ha": ha})
+        backends = [Backend(r.name, self.spec.ha.host, r.ports[0], r.ports[1]) for r in self.replicas]
+        return render(spec, backends, label="spec " + self.spec.name, stats_socket=str(self.socket))
+
+    def start_replicas(self, timeout_s: float = 600) -> None:
+        for r in self.replicas:
+            r.start()
+        with ThreadPoolExecutor(len(self.replicas)) as ex:
+            list(ex.map(lambda r: r.wait_ready(timeout_s), self.replicas))
+
+    def start_haproxy(self) -> None:
+        self.cfg_path.write_text(self.render())
+        check_config(self.cfg_path, self.haproxy_bin)
+        self.socket.unlink(missing_ok=True)
+        out = open(self.workdir / "haproxy.log", "ab")
+        self.haproxy = subprocess.Popen([self.haproxy_bin, "-W", "-db", "-f", str(self.cfg_path)],
+                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.haproxy.poll() is not None:
+                raise RuntimeError(f"haproxy exited with {self.haproxy.returncode}; see {self.workdir / 'haproxy.log'}")
+            try:
+                self.api.stat()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError("haproxy runtime API did not come up")
+
+    def wait_all_up(self, timeout_s: float = 60) -> None:
+        for r in self.replicas:
+            if r.alive():
+                self.api.wait_status(r.name, "UP", timeout_s)
+
+    def start(self) -> "Cluster":
+        self.start_replicas()
+        self.start_haproxy()
+        self.wait_all_up()
+        return self
+
+    def stop(self) -> None:
+        for r in self.replicas:
+            r.stopping = True
+        with ThreadPoolExecutor(len(self.replicas)) as ex:
+            list(ex.map(lambda r: r.stop(), self.replicas))
+        if self.haproxy and self.haproxy.poll() is None:
+            self.haproxy.terminate()
+            try:
+                self.haproxy.wait(10)
+            except subprocess.TimeoutExpired:
+                self.haproxy.kill()
+
+    def rolling_restart(self, say=log) -> list[dict]:
+        drain = self.spec.ha.drain_timeout_s or self.spec.serving.exit_timeout_s
+        return rolling_restart(self.api, [r.name for r in self.replicas], lambda n: self.by_name(n).restart(),
+                               drain_timeout_s=drain, say=say)
+
+    # --- state for `rolling-restart` from another process -------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.workdir / "cluster.json"
+
+    def write_state(self) -> None:
+        state = {"pid": os.getpid(), "socket": str(self.socket), "http_port": self.http_port,
+                 "grpc_port": self.grpc_port, "stats_port": self.stats_port,
+                 "replicas": {r.name: {"pid": r.pid if r.alive() else None, "http_port": r.http_port}
+                              for r in self.replicas}}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.state_path)
+
+    def supervise(self, stop: threading.Event) -> None:
+        """Start replicas that exited (crash or rolling restart) again, until `stop` is set."""
+        while not stop.wait(0.5):
+            changed = False
+            for r in self.replicas:
+                if not r.alive() and not r.stopping:
+                    log(f"{r.name} exited ({r.process.proc.returncode}); starting it again")
+                    r.start()
+                    changed = True
+            if self.haproxy.poll() is not None:
+                log(f"haproxy exited ({self.haproxy.returncode}); stopping")
+                stop.set()
+            if changed:
+                self.write_state()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
+
+
+def rolling_restart_cli(workdir: Path, drain_timeout_s: float, ready_timeout_s: float = 600) -> int:
+    """Restart the replicas of a running `llmserve.cluster` (its supervisor starts each again)."""
+    state_path = workdir / "cluster.json"
+    if not state_path.exists():
+        print(f"error: {state_path} not found: is `python -m llmserve.cluster` running?", file=sys.stderr)
+        return 2
+    state = json.loads(state_path.read_text())
+    api = RuntimeAPI(state["socket"])
+
+    def restart(name: str) -> None:
+        pid = state["replicas"][name]["pid"]
+        port = state["replicas"][name]["http_port"]
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            while _pid_alive(pid):
+                time.sleep(0.1)
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            new = json.loads(state_path.read_text())["replicas"][name]["pid"]
+            if new and new != pid and is_ready(port):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{name} not ready again after {ready_timeout_s} s")
+
+    report = rolling_restart(api, list(state["replicas"]), restart, drain_timeout_s=drain_timeout_s)
+    log("rolling restart done: " + json.dumps(report))
+    return 0
+
+
+def main(argv=None) -> int:
+    from .checkpoint import build_checkpoint
+    from .serve import DEFAULT_SPEC, prepare_repository
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sub = argv.pop(0) if argv and argv[0] in ("rolling-restart", "config") else "serve"
+    ap = argparse.ArgumentParser(prog=f"python -m llmserve.cluster {sub}", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spec", default=str(DEFAULT_SPEC))
+    ap.add_argument("--replicas", type=int, help="default: ha.replicas of the spec")
+    ap.add_argument("--repository", help="model repository (default: as serve.py)")
+    ap.add_argument("--workdir", default=str(ROOT / "build" / "haproxy"),
+                    help="haproxy.cfg, runtime socket, logs, cluster.json")
+    args = ap.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        if args.replicas:  # revalidate the port layout for this many replicas
+            spec = spec.model_copy(update={"ha": type(spec.ha).model_validate(
+                {**spec.ha.model_dump(), "replicas": args.replicas})})
+    except (SpecError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    workdir = Path(args.workdir)
+    if sub == "rolling-restart":
+        return rolling_restart_cli(workdir, spec.ha.drain_timeout_s or spec.serving.exit_timeout_s)
+    try:
+        build_checkpoint(spec)
+        repo = prepare_repository(Path(args.spec), spec, args.repository)
+    except (SpecError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    cluster = Cluster(spec, repo, workdir)
+    if sub == "config":
+        print(cluster.render(), end="")
+        return 0
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    log(f"starting {len(cluster.replicas)} tritonservers (HTTP :{spec.ha.base_http_port}+i) with {repo}")
+    try:
+        cluster.start()
+        cluster.write_state()
+        ha = spec.ha
+        log(f"ready: HAProxy HTTP :{cluster.http_port}, gRPC :{cluster.grpc_port}, stats "
+            f"http://localhost:{cluster.stats_port}/ (Prometheus /metrics); runtime API {cluster.socket}\n"
+            f"  curl -s localhost:{cluster.http_port}/v2/models/ensemble/generate -d "
+            f"'{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
+            f"  python -m llmserve.cluster rolling-restart   # restart every server without errors\n"
+            f"  checks every {ha.check.interval_ms} ms, fall {ha.check.fall}, rise {ha.check.rise}")
+        cluster.supervise(stop)
+    except (RuntimeError, TimeoutError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        log("stopping (servers drain in-flight requests first)")
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
