@@ -87,7 +87,10 @@ class Preprocessor:
                                             add_generation_prompt=True)
 
     def _word_ids(self, ws: list[str]) -> list[list[int]]:
-        return [self.tok.encode(w, add_special_tokens=False) for w in ws] if ws else []
+        # A word that encodes to no tokens (some control characters do) can never match; an empty
+        # entry would also give the word list two equal offsets, which tensorrt_llm rejects.
+        ids = [self.tok.encode(w, add_special_tokens=False) for w in ws] if ws else []
+        return [w for w in ids if w]
 
     def process(self, reads: list[Reader]) -> list[dict[str, np.ndarray] | RequestError]:
         """One result per request: output tensors (with a leading batch dim of 1) or the error."""

@@ -44,6 +44,12 @@ FIELDS = {"text_input", "max_tokens", "stop_words", "bad_words", "stream", "excl
           "temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed"}
 TRITON_400 = [re.compile(p) for p in (
     r"^\[request id: [^\]]*\] ",  # Triton core input checks (shape, batch size, missing/unknown input, dtype)
+    # The same core checks as they arrive on a gRPC stream (no request-id prefix there).
+    r"^unexpected inference input '", r"^expected number of inputs between", r"^unexpected shape for input",
+    r"^inference input '[^']*' data-type is", r"^input '[^']*' batch size does not match",
+    r"^unexpected explicit tensor data for input", r"^input byte size mismatch", r"^inference request batch-size must be",
+    r"^unable to find string length", r"^expected \d+ string elements", r"^element byte size indicates",
+    r"^unexpected number of string elements", r"^input '[^']*' has no shape",
     r"^Converting keyword: ",
     r"unexpected (datatype|shape)",
     r"^Request for unknown model",

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from .fuzz_lib import Alongside, Tally, classify_error, classify_http, is_ready, log_size, server_log_tail
 
 pytestmark = pytest.mark.e2e
-EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "700"))
+EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "1000"))
 TIMEOUT_S = 60  # per request: a hang is a failure, not a slow pass
 MB10 = 10 * 1024 * 1024
 
