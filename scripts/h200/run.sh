@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The whole H200 benchmark, run ON the GPU machine from the repository root:
+#   bash scripts/h200/run.sh [PHASES]      PHASES: comma list of c,d,b,a (default c,d,b,a)
+# Needs build/h200/ carried along (prepared here by `bash scripts/h200/prepare.sh`): the trimmed
+# nvidia-pytriton files, wheels (tritonclient, perf-analyzer, pydantic...), the SmolLM2 tokenizer
+# and the model repository rendered from scripts/h200/bench-1b.yaml.
+#   weights  random bf16 1.2B Llama built on the GPU (scripts/h200/make_weights.py)
+#   c        tritonserver + tools/bench.py: engine in-process, ensemble (gRPC streaming), tensorrt_llm
+#   d        perf_analyzer on the ensemble (scripts/perf_analyzer.sh)
+#   b        engine variants in-process: eager (no CUDA graphs), no end ids (plain sampling path)
+#   a        Hugging Face static generate: default cache at every batch, static cache at STATIC_BS
+# Results go to build/h200/work and, packed, to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PHASES=${1:-c,d,b,a}
+OUT=${OUT:-build/h200/out}
+mkdir -p "$OUT" build/h200/work
+W=build/h200/work
+exec > >(tee -a "$OUT/run.log") 2>&1
+export PYTHONUNBUFFERED=1 LLMSERVE_USE_PYTRITON=1
+CONC=${CONC:-1,8,32,64,128}
+DUR=${DUR:-6}
+STATIC_BS=${STATIC_BS:-64}
+CKPT=build/checkpoints/bench-1b
+SPEC=scripts/h200/bench-1b.yaml
+stamp() { echo "[$(date +%T)] $*"; }
+
+stamp "setup"
+if [ ! -d /tmp/site/pytriton ]; then
+  mkdir -p /tmp/site && tar -xJf build/h200/pytriton-trim.tar.xz -C /tmp/site &&
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site build/h200/whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD
+chmod +x /tmp/site/perf_analyzer/bin/perf_analyzer 2>/dev/null
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+python3 -c 'import sys, torch, transformers, platform; print(sys.version.split()[0], torch.__version__, transformers.__version__, platform.libc_ver())'
+nproc; date -u
+
+stamp "weights"
+python3 scripts/h200/make_weights.py build/h200/tokenizer "$CKPT" || exit 1
+
+BENCH="python3 tools/bench.py --spec $SPEC --checkpoint $CKPT --input-len 128 --output-len 128 --no-progress"
+ENGINE="--engine-device cuda --engine-dtype bfloat16 --engine-max-slots 128 --engine-max-seq-len 512"
+
+if [[ ,$PHASES, == *,c,* || ,$PHASES, == *,d,* ]]; then
+  stamp "tritonserver"
+  python3 scripts/h200/triton_up.py build/h200/model_repository 18000 18001 18002 "$W/tritonserver.log" || exit 1
+fi
+if [[ ,$PHASES, == *,c,* ]]; then
+  stamp "(b)+(c): engine in-process, ensemble over gRPC streaming, tensorrt_llm token-level"
+  $BENCH --url localhost:18001 --targets engine,ensemble,tensorrt_llm $ENGINE --concurrency $CONC --duration $DUR \
+    --label "H200 bench-1b: engine CUDA graphs vs Triton" --out $W/c
+  curl -s localhost:18002/metrics | grep -E "^nv_inference_(request_success|exec_count|compute_infer_duration)" > $W/c/metrics.txt
+fi
+if [[ ,$PHASES, == *,d,* ]]; then
+  stamp "(d) perf_analyzer"
+  URL=localhost:18001 CHECKPOINT=$CKPT CONCURRENCY=$CONC MEASUREMENT_MS=${PA_MS:-4000} \
+    PERF_ANALYZER=/tmp/site/perf_analyzer/bin/perf_analyzer bash scripts/perf_analyzer.sh $W/pa
+fi
+if [ -f "$W/tritonserver.log.pid" ]; then
+  kill "$(cat $W/tritonserver.log.pid)"; sleep 3; rm -f "$W/tritonserver.log.pid"
+fi
+if [[ ,$PHASES, == *,b,* ]]; then
+  stamp "(b) variants: no end ids (plain sampling), CUDA graphs"
+  $BENCH --targets engine $ENGINE --ignore-eos --concurrency $CONC --duration $DUR --label "graphs, no end ids" --out $W/b_graphs_noeos
+  stamp "(b) variants: eager (LLMSERVE_CUDA_GRAPHS=0)"
+  LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --concurrency 1,64 --duration $DUR --label "eager, min_tokens" --out $W/b_eager
+  LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --ignore-eos --concurrency 1,64 --duration $DUR --label "eager, no end ids" --out $W/b_eager_noeos
+fi
+if [[ ,$PHASES, == *,a,* ]]; then
+  stamp "(a) Hugging Face generate"
+  python3 scripts/h200/hf_baseline.py "$CKPT" $W/hf.json $CONC $STATIC_BS
+fi
+stamp "pack"
+tar -czf "$OUT/work-${PHASES//,/}.tgz" --exclude='*.profile.json' -C build/h200 work
+tar -czf "$OUT/pa-profiles-${PHASES//,/}.tgz" -C build/h200 $(cd build/h200 && ls work/pa/*.profile.json 2>/dev/null) 2>/dev/null || true
+for f in throughput.png latency.png; do [ -f $W/c/$f ] && cp $W/c/$f "$OUT/c-$f"; done
+stamp "done"
