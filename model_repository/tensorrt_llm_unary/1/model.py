@@ -10,6 +10,7 @@ import json
 
 import triton_python_backend_utils as pb_utils
 
+from llmserve.errors import is_request_error
 from llmserve.triton_glue import parameters
 
 STREAM_INPUTS = ("stream", "streaming")  # never forwarded: the twin always asks for one answer
@@ -27,10 +28,15 @@ class TritonPythonModel:
     async def _one(self, request):
         inputs = [t for t in request.inputs() if t.name() not in STREAM_INPUTS]
         bls = pb_utils.InferenceRequest(model_name=self.target, inputs=inputs, requested_output_names=self.outputs)
+        # The iterator blocks while the target generates: drain it off the event loop so the
+        # other requests of this batch proceed concurrently.
+        responses = await asyncio.to_thread(list, await bls.async_exec(decoupled=True))
         answer = None
-        async for response in await bls.async_exec(decoupled=True):
+        for response in responses:
             if response.has_error():
-                return pb_utils.InferenceResponse(error=response.error())
+                message = response.error().message()
+                code = pb_utils.TritonError.INVALID_ARG if is_request_error(message) else pb_utils.TritonError.INTERNAL
+                return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
             if response.output_tensors():
                 answer = response
         if answer is None:
