@@ -235,7 +235,7 @@ class GRPCTransport:
                     raise StreamBroken(f"no response from {endpoint} for {self.timeout} s") from None
                 if error is not None:
                     err = self._error(error, endpoint)
-                    if started and err.retryable:
+                    if started:  # requests are validated before the first token: this is the server
                         raise StreamBroken(str(err)) from None
                     raise err
                 resp = result.get_response()
