@@ -31,6 +31,8 @@ class EngineOptions:
     max_output_len: int = 512
     exclude_input_in_output: bool = True
     cuda_graphs: bool = True
+    max_queue_size: int = 256
+    request_timeout_s: float = 600.0
 
 
 def _bool(v: str) -> bool:
@@ -45,6 +47,8 @@ def options_from_params(params: dict[str, str], resolve) -> EngineOptions:
         max_output_len=int(params["max_output_len"]),
         exclude_input_in_output=_bool(params.get("exclude_input_in_output", "true")),
         cuda_graphs=_bool(params.get("cuda_graphs", "true")),
+        max_queue_size=int(params.get("max_queue_size", 256)),
+        request_timeout_s=float(params.get("request_timeout_s", 600)),
     )
 
 
@@ -57,7 +61,8 @@ class EngineService:
         self.tokenizer = load_fast(opts.checkpoint_dir)
         self.model = LlamaModel(opts.checkpoint_dir, device, pick_dtype(opts.dtype, device),
                                 opts.max_batch_size, opts.max_input_len + opts.max_output_len)
-        self.engine = Engine(self.model, self.tokenizer)
+        self.engine = Engine(self.model, self.tokenizer, max_waiting=opts.max_queue_size,
+                             request_timeout_s=opts.request_timeout_s)
         self.engine.start()
 
     def parse(self, read: Reader) -> EngineRequest:
@@ -75,6 +80,9 @@ class EngineService:
         def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason):
             if reason == "cancelled":
                 return send(None, True, "cancelled")
+            if reason == "timeout":
+                return send(None, True, f"timeout: request exceeded serving.request_timeout_s "
+                                        f"({self.opts.request_timeout_s:g} s) and was cancelled")
             if reason and reason.startswith("error"):
                 return send(None, True, reason)
             prefix = req.prompt if (not out and not req.exclude_input_in_output) else []

@@ -116,6 +116,8 @@ def torch_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
             max_output_len=e.max_output_len,
             exclude_input_in_output=spec.serving.exclude_input_in_output,
             trust_remote_code=spec.model.trust_remote_code,
+            max_queue_size=e.queue.max_queue_size,
+            request_timeout_s=spec.serving.request_timeout_s,
         ),
     )
 

@@ -45,6 +45,7 @@ class Sequence:
     stop: StopMatcher | None = None
     generator: torch.Generator | None = None
     arrival: float = field(default_factory=time.monotonic)
+    deadline: float = float("inf")  # monotonic time after which the request is cancelled
     first_token_at: float | None = None
 
     @property
@@ -61,6 +62,8 @@ class EngineStats:
     generated_tokens: int = 0
     finished: int = 0
     cancelled: int = 0
+    timed_out: int = 0
+    rejected: int = 0
     last_batch_size: int = 0
     max_batch_size_seen: int = 0
     batched_steps: int = 0  # decode steps that carried more than one sequence
@@ -68,10 +71,16 @@ class EngineStats:
     kv_cache_capacity_tokens: int = 0
 
 
+class EngineBusy(RuntimeError):
+    """The waiting queue is full: the request is refused at once instead of queueing forever."""
+
+
 class Engine:
     def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int = 2048,
-                 skip_special_tokens: bool = True):
+                 skip_special_tokens: bool = True, max_waiting: int = 256, request_timeout_s: float = float("inf")):
         self.model = model
+        self.max_waiting = max_waiting
+        self.request_timeout_s = request_timeout_s
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.prefill_token_budget = prefill_token_budget
@@ -91,7 +100,12 @@ class Engine:
         if not p.greedy:
             seed = p.seed if p.seed is not None else secrets.randbits(63)
             seq.generator = torch.Generator(device=self.model.device).manual_seed(seed)
+        seq.deadline = seq.arrival + self.request_timeout_s
         with self._cv:
+            if len(self.waiting) >= self.max_waiting:
+                self.stats.rejected += 1
+                raise EngineBusy(f"server busy: {len(self.waiting)} requests already wait for the engine "
+                                 f"(engine.queue.max_queue_size); retry later")
             self.waiting.append(seq)
             self._cv.notify()
 
@@ -218,14 +232,24 @@ class Engine:
             seq.slot = -1
 
     def _drop_cancelled(self) -> None:
+        """Free the slots of requests whose client went away or whose time is up."""
+        now = time.monotonic()
+
+        def reason(s: Sequence) -> str | None:
+            return "cancelled" if s.is_cancelled() else "timeout" if now > s.deadline else None
+
         with self._cv:
-            cancelled_waiting = [s for s in self.waiting if s.is_cancelled()]
-            for s in cancelled_waiting:
+            dropped = [(s, r) for s in self.waiting if (r := reason(s))]
+            for s, _ in dropped:
                 self.waiting.remove(s)
-        for seq in cancelled_waiting + [s for s in self.running if s.is_cancelled()]:
-            self.stats.cancelled += 1
+        dropped += [(s, r) for s in list(self.running) if (r := reason(s))]
+        for seq, why in dropped:
+            if why == "cancelled":
+                self.stats.cancelled += 1
+            else:
+                self.stats.timed_out += 1
             seq.keep = seq.emitted  # nothing more goes out; the slot is free for the next request
-            self._finish(seq, "cancelled")
+            self._finish(seq, why)
 
     def _update_stats(self) -> None:
         st = self.stats

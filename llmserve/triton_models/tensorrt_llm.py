@@ -7,6 +7,7 @@ import threading
 
 import triton_python_backend_utils as pb_utils
 
+from llmserve.engine.engine import EngineBusy
 from llmserve.engine_service import EngineService, options_from_params
 from llmserve.metrics import EngineMetrics
 from llmserve.tokenizer import resolve_dir
@@ -27,17 +28,17 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             try:
                 req = self.service.parse(reader(pb_utils, request))
-            except ValueError as e:
+                self.service.submit(req, self._sender(sender), sender.is_cancelled)
+            except (ValueError, EngineBusy) as e:
                 sender.send(error_response(pb_utils, e), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                continue
-            self.service.submit(req, self._sender(sender), sender.is_cancelled)
         return None
 
     def _sender(self, sender):
         def send(outputs, final, error):
             flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
             if error is not None:
-                code = pb_utils.TritonError.CANCELLED if error == "cancelled" else pb_utils.TritonError.INTERNAL
+                code = (pb_utils.TritonError.CANCELLED if error == "cancelled" else
+                        pb_utils.TritonError.UNAVAILABLE if error.startswith("timeout") else pb_utils.TritonError.INTERNAL)
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error, code)), flags=flags)
             elif outputs is None:
                 sender.send(flags=flags)
@@ -58,14 +59,17 @@ class TritonPythonModel:
                 responses[i] = error_response(pb_utils, e)
                 continue
             event = threading.Event()
-            done.append(event)
 
             def send(outputs, final, error, i=i, event=event):
                 responses[i] = (error_response(pb_utils, RuntimeError(error)) if error else
                                 pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs or {})))
                 event.set()
 
-            self.service.submit(req, send, lambda: False)
+            try:
+                self.service.submit(req, send, lambda: False)
+                done.append(event)
+            except EngineBusy as e:
+                responses[i] = error_response(pb_utils, e)
         for event in done:
             event.wait()
         return responses
