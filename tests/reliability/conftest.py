@@ -1,0 +1,94 @@
+"""A small-capacity tiny server for the reliability tests: 2 engine slots, a queue of 4, a 3 s
+request timeout and long outputs (so a request runs for seconds and can be cancelled mid-way)."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmserve.spec import ROOT
+
+try:  # tests/ is a package in some checkouts, a plain rootdir conftest in others
+    from tests.conftest import start_server
+except ImportError:
+    from conftest import start_server
+
+MAX_BATCH, QUEUE, TIMEOUT_S, MAX_OUT = 2, 4, 3.0, 4000  # 4,000 tokens: ~5 s on the tiny model
+
+
+def reliability_spec(path: Path, *, max_batch=MAX_BATCH, queue=QUEUE, timeout_s=TIMEOUT_S) -> Path:
+    spec = yaml.safe_load((ROOT / "specs/tiny.yaml").read_text())
+    spec["name"] = "tiny-reliability"
+    spec["engine"].update(max_batch_size=max_batch, max_input_len=64, max_output_len=MAX_OUT,
+                          queue={"max_queue_delay_us": 0, "max_queue_size": queue})
+    spec["serving"] = {"exit_timeout_s": 5, "request_timeout_s": timeout_s}
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_server(tmp_path_factory):
+    work = tmp_path_factory.mktemp("reliability")
+    server = start_server(reliability_spec(work / "tiny-reliability.yaml"), work)
+    yield server
+    server.process.stop()
+
+
+def metric(server, name: str) -> float:
+    """Sum of a Prometheus series over its labels (engine gauges are per model)."""
+    with urllib.request.urlopen(server.metrics, timeout=5) as r:
+        text = r.read().decode()
+    values = [float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    if not values:
+        raise KeyError(f"{name} not in {server.metrics}")
+    return sum(values)
+
+
+def wait_metric(server, name: str, pred, timeout_s: float, period_s: float = 0.05) -> tuple[bool, float]:
+    """(reached, seconds waited) until pred(value) holds."""
+    t0 = time.monotonic()
+    while True:
+        value = metric(server, name)
+        if pred(value):
+            return True, time.monotonic() - t0
+        if time.monotonic() - t0 > timeout_s:
+            return False, time.monotonic() - t0
+        time.sleep(period_s)
+
+
+def long_request(tokens: int = MAX_OUT) -> dict:
+    """A request that runs for seconds: min_tokens == max_tokens, so no early end token."""
+    return {"text_input": "Count to a million", "max_tokens": tokens, "min_tokens": tokens}
+
+
+@pytest.fixture
+def emit(capsys):
+    """Print measured figures to the terminal even without -s."""
+
+    def write(text: str) -> None:
+        with capsys.disabled():
+            print("\n" + text, flush=True)
+
+    return write
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of a process and all its descendants (the Python stubs), in kB."""
+    import psutil
+
+    total = 0
+    try:
+        p = psutil.Process(pid)
+        for q in [p, *p.children(recursive=True)]:
+            try:
+                total += q.memory_info().rss // 1024
+            except psutil.NoSuchProcess:
+                pass
+    except psutil.NoSuchProcess:
+        pass
+    return total

@@ -1,0 +1,120 @@
+"""Overload: ten times the concurrency the server can hold (engine slots + the spec's queue). Requests
+beyond the queue are rejected quickly with a clear "busy" error (HTTP 503/429, gRPC UNAVAILABLE /
+RESOURCE_EXHAUSTED), accepted ones complete correctly, memory stays bounded, the server stays ready
+and serves at once when the load drops."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from llmserve.contract import ENSEMBLE, UNARY_SUFFIX
+
+from .conftest import MAX_BATCH, QUEUE, metric, rss_kb, wait_metric
+
+pytestmark = pytest.mark.e2e
+CAPACITY = MAX_BATCH + QUEUE
+LOAD = 10 * CAPACITY
+TOKENS = 400  # about 0.5-1 s per request on the tiny model: the burst overlaps for seconds
+BUSY_HTTP = (429, 503)
+BUSY_GRPC = ("StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED")
+BUSY_WORDS = ("busy", "queue", "capacity", "overload", "exceed")
+
+
+def _post(http: str) -> tuple[int, float, str]:
+    t0 = time.monotonic()
+    try:
+        r = requests.post(f"http://{http}/v2/models/ensemble/generate",
+                          json={"text_input": "Tell a story", "max_tokens": TOKENS, "min_tokens": TOKENS}, timeout=120)
+        return r.status_code, time.monotonic() - t0, r.text
+    except requests.RequestException as e:
+        return -1, time.monotonic() - t0, repr(e)
+
+
+def test_http_overload_sheds_fast_and_recovers(small_server, emit):
+    http = small_server.http
+    wait_metric(small_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=30)
+    rss0 = rss_kb(small_server.process.proc.pid)
+    ready_fail, stop = [], threading.Event()
+
+    def watch_ready():
+        while not stop.wait(0.2):
+            try:
+                if requests.get(f"http://{http}/v2/health/ready", timeout=2).status_code != 200:
+                    ready_fail.append(time.monotonic())
+            except requests.RequestException:
+                ready_fail.append(time.monotonic())
+
+    watcher = threading.Thread(target=watch_ready, daemon=True)
+    watcher.start()
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(LOAD) as pool:
+        results = list(pool.map(lambda _: _post(http), range(LOAD)))
+    burst_s = time.monotonic() - t0
+    stop.set()
+    watcher.join()
+    rss1 = rss_kb(small_server.process.proc.pid)
+
+    ok = [r for r in results if r[0] == 200]
+    busy = [r for r in results if r[0] in BUSY_HTTP]
+    other = [r for r in results if r[0] not in (200, *BUSY_HTTP)]
+    p = lambda xs, q: (sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan"))  # noqa: E731
+    emit(f"overload HTTP: {LOAD} concurrent (capacity {CAPACITY} = {MAX_BATCH} slots + queue {QUEUE}), "
+         f"burst {burst_s:.1f} s: {len(ok)} ok (p50 {p([r[1] for r in ok], .5):.2f} s), {len(busy)} busy "
+         f"(p50 {p([r[1] for r in busy], .5):.3f} s, p95 {p([r[1] for r in busy], .95):.3f} s), "
+         f"{len(other)} other; RSS {rss0 / 1024:.0f} -> {rss1 / 1024:.0f} MB; "
+         f"busy message: {busy[0][2][:120] if busy else '-'}")
+    assert not other, [(s, t[:200]) for s, _, t in other[:5]]
+    assert len(ok) >= MAX_BATCH
+    assert all('"text_output"' in t for _, _, t in ok)
+    assert busy, f"no request was shed at {LOAD} concurrent requests for capacity {CAPACITY}"
+    assert p([r[1] for r in busy], 0.95) < 1.0, "busy rejections must be fast"
+    assert all(any(w in t.lower() for w in BUSY_WORDS) for _, _, t in busy), busy[0][2]
+    assert not ready_fail, f"server not ready {len(ready_fail)} times during the burst"
+    assert rss1 < rss0 * 1.5 + 200 * 1024, f"RSS grew from {rss0} to {rss1} kB"
+    # Recovery: the next request is served at once.
+    t1 = time.monotonic()
+    r = requests.post(f"http://{http}/v2/models/ensemble/generate", json={"text_input": "hi", "max_tokens": 2}, timeout=30)
+    assert r.status_code == 200 and time.monotonic() - t1 < 2.0, (r.status_code, r.text[:200])
+
+
+def test_grpc_overload_sheds_with_unavailable(small_server, emit):
+    """The same burst over gRPC ModelInfer (ensemble_unary): rejections are UNAVAILABLE or
+    RESOURCE_EXHAUSTED, never INTERNAL."""
+    wait_metric(small_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=30)
+
+    def one(_):
+        client = grpcclient.InferenceServerClient(small_server.grpc)
+        inputs = []
+        for name, value, dtype in (("text_input", np.array([[b"Tell a story"]], dtype=object), "BYTES"),
+                                   ("max_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32"),
+                                   ("min_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32")):
+            inputs.append(grpcclient.InferInput(name, [1, 1], dtype).set_data_from_numpy(value))
+        t0 = time.monotonic()
+        try:
+            client.infer(ENSEMBLE + UNARY_SUFFIX, inputs, client_timeout=120)
+            return "ok", time.monotonic() - t0, ""
+        except InferenceServerException as e:
+            return str(e.status()), time.monotonic() - t0, e.message()
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(LOAD) as pool:
+        results = list(pool.map(one, range(LOAD)))
+    codes = {}
+    for code, _, _ in results:
+        codes[code] = codes.get(code, 0) + 1
+    busy = [r for r in results if r[0] in BUSY_GRPC]
+    emit(f"overload gRPC: {LOAD} concurrent -> {codes}; busy message: {busy[0][2][:120] if busy else '-'}")
+    assert set(codes) <= {"ok", *BUSY_GRPC}, [r for r in results if r[0] not in ("ok", *BUSY_GRPC)][:3]
+    assert codes.get("ok", 0) >= MAX_BATCH
+    assert busy, "nothing was shed"
+    assert requests.get(f"http://{small_server.http}/v2/health/ready", timeout=5).status_code == 200
