@@ -77,6 +77,11 @@ class PythonModel(Strict):
     dynamic_batching: DynamicBatching = DynamicBatching()
 
 
+class Postprocessing(PythonModel):
+    # Chunks of one stream may run on different instances: Triton must return them in order.
+    dynamic_batching: DynamicBatching = DynamicBatching(max_queue_delay_us=0, preserve_ordering=True)
+
+
 class TorchEngine(Strict):
     """The portable engine: a decoupled Python-backend model with in-flight batching."""
 
@@ -129,16 +134,16 @@ class Spec(Strict):
     tokenizer: Tokenizer = Tokenizer()
     engine: Engine = Engine()
     preprocessing: PythonModel = PythonModel()
-    postprocessing: PythonModel = PythonModel(dynamic_batching=DynamicBatching(max_queue_delay_us=0, preserve_ordering=True))
+    postprocessing: Postprocessing = Postprocessing()
     serving: Serving = Serving()
     ha: HighAvailability = HighAvailability()
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.postprocessing.instances != 1 and self.serving.streaming:
-            # Streaming detokenization keeps per-request state (DecodeStream) in the postprocessing
-            # process; a second instance would see only half of a stream's tokens.
-            raise ValueError("postprocessing.instances must be 1 when serving.streaming is true")
+        if self.serving.streaming and not self.postprocessing.dynamic_batching.preserve_ordering:
+            # Chunks of one stream may run on different postprocessing instances; Triton must still
+            # return them in order.
+            raise ValueError("postprocessing.dynamic_batching.preserve_ordering must be true when streaming")
         for name in ("preprocessing", "postprocessing"):
             sizes = getattr(self, name).dynamic_batching.preferred_batch_sizes
             if any(s > self.engine.max_batch_size or s < 1 for s in sizes):
