@@ -266,18 +266,22 @@ class GRPCTransport:
 
 
 class FailoverClient:
+    """endpoints: host:port of Triton servers or of the load balancer (HTTP or gRPC ports, per
+    protocol). idle_timeout_s: a request or stream with no response for this long counts as broken
+    (retried or resumed); keep it above the longest wait for a first token under load."""
+
     def __init__(self, endpoints: list[str] | str, *, protocol: str = "http", model: str = "ensemble",
                  unary_model: str = "ensemble_unary", tokenizer_dir: Optional[str] = None,
                  apply_chat_template: bool = True, max_attempts: int = 6, backoff_s: float = 0.1,
-                 max_backoff_s: float = 2.0, timeout_s: float = 600, connect_timeout_s: float = 3.0):
+                 max_backoff_s: float = 2.0, idle_timeout_s: float = 120, connect_timeout_s: float = 3.0):
         self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         if not self.endpoints:
             raise ValueError("at least one endpoint is needed")
         self.protocol = protocol
         if protocol == "http":
-            self.transport = HTTPTransport(model, timeout_s, connect_timeout_s)
+            self.transport = HTTPTransport(model, idle_timeout_s, connect_timeout_s)
         elif protocol == "grpc":
-            self.transport = GRPCTransport(model, unary_model, timeout_s)
+            self.transport = GRPCTransport(model, unary_model, idle_timeout_s)
         else:
             raise ValueError(f"protocol must be http or grpc, not {protocol!r}")
         self.tokenizer_dir, self.chat_default = tokenizer_dir, apply_chat_template

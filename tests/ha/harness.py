@@ -32,7 +32,7 @@ class Counts:
 
 def plain_generate(http: str, max_tokens: int, c: Counts) -> None:
     try:
-        r = requests.post(f"http://{http}/v2/models/ensemble/generate", timeout=120,
+        r = requests.post(f"http://{http}/v2/models/ensemble/generate", timeout=60,
                           json={"text_input": PROMPT, "max_tokens": max_tokens})
         if r.status_code == 200 and "text_output" in r.json():
             c.ok += 1
@@ -48,7 +48,7 @@ def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
     """A stream is cut when it broke after its first token, failed when it never started."""
     tokens = 0
     try:
-        with requests.post(f"http://{http}/v2/models/ensemble/generate_stream", stream=True, timeout=120,
+        with requests.post(f"http://{http}/v2/models/ensemble/generate_stream", stream=True, timeout=60,
                            json={"text_input": PROMPT, "max_tokens": max_tokens, "stream": True}) as r:
             if r.status_code != 200:
                 c.failed += 1
@@ -87,6 +87,8 @@ def failover_stream(client: FailoverClient, max_tokens: int, c: Counts) -> None:
         c.errors[str(e)[:80]] += 1
     c.resumed += g.stats.resumes
     c.retried += g.stats.retries
+    for e in g.stats.errors:
+        c.errors["recovered: " + e.split(": ", 1)[-1][:60]] += 1
 
 
 def failover_generate(client: FailoverClient, max_tokens: int, c: Counts) -> None:
@@ -100,6 +102,8 @@ def failover_generate(client: FailoverClient, max_tokens: int, c: Counts) -> Non
         c.failed += 1
         c.errors[str(e)[:80]] += 1
     c.retried += st.retries
+    for e in st.errors:
+        c.errors["recovered: " + e.split(": ", 1)[-1][:60]] += 1
 
 
 class MixedLoad:
@@ -108,8 +112,8 @@ class MixedLoad:
 
     def __init__(self, http: str, grpc: str, *, stream_tokens: int = 24, unary_tokens: int = 8):
         self.stop_event = threading.Event()
-        fo_http = FailoverClient([http], protocol="http", backoff_s=0.2)
-        fo_grpc = FailoverClient([grpc], protocol="grpc", backoff_s=0.2)
+        fo_http = FailoverClient([http], protocol="http", backoff_s=0.2, idle_timeout_s=20)
+        fo_grpc = FailoverClient([grpc], protocol="grpc", backoff_s=0.2, idle_timeout_s=20)
         self.jobs = [  # (kind, job(counts)); one Counts per thread, summed in report()
             *[("plain", lambda c: plain_generate(http, unary_tokens, c))] * 3,
             *[("plain_stream", lambda c: plain_stream(http, stream_tokens, c))] * 2,
@@ -133,9 +137,11 @@ class MixedLoad:
 
     def __exit__(self, *exc):
         self.stop_event.set()
-        for t in self.threads:
-            t.join(180)
         self.elapsed = time.monotonic() - self.t0
+        for t in self.threads:
+            t.join(60)
+        self.hung = sum(t.is_alive() for t in self.threads)
+        self.drain_s = time.monotonic() - self.t0 - self.elapsed
 
     def totals(self) -> dict[str, Counts]:
         out: dict[str, Counts] = {}
@@ -148,7 +154,8 @@ class MixedLoad:
 
     def report(self, title: str) -> dict[str, Counts]:
         out = self.totals()
-        print(f"\n[{title}] {self.elapsed:.1f} s of mixed load, {len(self.jobs)} concurrent clients:")
+        print(f"\n[{title}] {self.elapsed:.1f} s of mixed load, {len(self.jobs)} concurrent clients "
+              f"(last requests finished {self.drain_s:.1f} s later; clients still hung: {self.hung}):")
         for k, v in out.items():
             print(f"  {k:16s} {v.as_dict()}")
         return out

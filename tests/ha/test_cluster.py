@@ -151,20 +151,22 @@ def test_rolling_restart_under_load_no_errors(cluster):
     print(f"  per server: {report}")
     assert sum(c.ok for c in counts.values()) > 20
     assert all(c.failed == 0 and c.cut == 0 for c in counts.values()), counts
+    assert load.hung == 0
 
 
 def test_kill_one_of_three_under_load(cluster):
     ensure_all_up(cluster)
     http, grpc = lb(cluster)
     victim = cluster.replicas[0]
-    with MixedLoad(http, grpc) as load:
+    with MixedLoad(http, grpc, stream_tokens=64) as load:
         time.sleep(5)
+        in_flight = cluster.api.sessions(victim.name)
         t_kill = time.monotonic()
         victim.kill()
         detect = cluster.api.wait_status(victim.name, "DOWN", 10)
         time.sleep(max(0.0, LOAD_S - (time.monotonic() - load.t0)))
     counts = load.report("kill -9 one of three")
-    print(f"  {victim.name} killed {t_kill - load.t0:.1f} s in; HAProxy marked it DOWN after {detect:.2f} s; "
+    print(f"  {victim.name} killed {t_kill - load.t0:.1f} s in with {in_flight} requests in flight on it; HAProxy marked it DOWN after {detect:.2f} s; "
           f"plain streams cut on it: {counts['plain_stream'].cut}; failover streams resumed: "
           f"{counts['failover_stream'].resumed}")
     assert counts["plain"].failed == 0, counts["plain"].as_dict()
@@ -172,6 +174,7 @@ def test_kill_one_of_three_under_load(cluster):
     assert counts["failover_unary"].failed == 0, counts["failover_unary"].as_dict()
     assert counts["plain"].ok > 10 and counts["failover_stream"].ok > 2
     assert counts["plain_stream"].failed == 0  # streams that never started were retried by HAProxy
+    assert load.hung == 0
 
 
 def test_all_down_clean_503_then_recovery(cluster):
