@@ -13,6 +13,9 @@ def read_sampling(read: Reader, names: dict[str, str], max_tokens: int, max_beam
     top_k_name, top_p_name = names["top_k"], names["top_p"]
     temperature = one(read, "temperature", float, 0.0)
     check("temperature", temperature >= 0, f"must be >= 0, got {temperature}")
+    # logits / 1e-40 overflows to inf and the sampler fails the whole decode batch: anything below
+    # this is not a meaningful temperature (0 already means greedy).
+    check("temperature", temperature == 0 or temperature >= 1e-5, f"must be 0 (greedy) or >= 1e-05, got {temperature}")
     top_k = one(read, top_k_name, int, 0)
     check(top_k_name, top_k >= 0, f"must be >= 0 (0 disables top-k), got {top_k}")
     top_p = one(read, top_p_name, float, 1.0)

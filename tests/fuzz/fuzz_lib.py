@@ -38,7 +38,7 @@ TRITON_FRONTEND_500 = [
     )
 ]
 # Our validation errors as they come out of the ensemble: "in ensemble 'ensemble', <field>: ..."
-OURS = re.compile(r"(?:in ensemble '[\w]+', )?([a-z_]+): (.+)", re.S)
+OURS = re.compile(r"(?:in ensemble '[\w]+', )?(?:invalid )?([a-z_]+): (.+)", re.S)
 FIELDS = {"text_input", "max_tokens", "stop_words", "bad_words", "stream", "exclude_input_in_output",
           "return_log_probs", "apply_chat_template", "end_id", "pad_id", "top_k", "min_tokens", "beam_width",
           "temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed"}
@@ -50,6 +50,7 @@ TRITON_400 = [re.compile(p) for p in (
     r"^unexpected explicit tensor data for input", r"^input byte size mismatch", r"^inference request batch-size must be",
     r"^unable to find string length", r"^expected \d+ string elements", r"^element byte size indicates",
     r"^unexpected number of string elements", r"^input '[^']*' has no shape",
+    r"incomplete string data for inference input",
     r"^Converting keyword: ",
     r"unexpected (datatype|shape)",
     r"^Request for unknown model",
