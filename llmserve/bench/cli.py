@@ -46,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-prompts", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/bench", help="directory for results.json, results.csv and plots")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request counts as an error")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--label", default="", help="free text stored in results.json (machine, variant)")
     g = p.add_argument_group("engine target (in-process, no Triton)")
@@ -57,6 +58,27 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--ignore-eos", action="store_true",
                    help="engine target: no end ids instead of min_tokens = max_tokens (the plain sampling path)")
     return p
+
+
+class _Timed:
+    """Counts a request that takes longer than `timeout` seconds as an error instead of waiting on."""
+
+    def __init__(self, target, timeout: float):
+        self.target, self.timeout = target, timeout
+
+    async def request(self, prompt, output_len):
+        import time
+
+        from .targets import Record
+
+        start = time.perf_counter()
+        try:
+            return await asyncio.wait_for(self.target.request(prompt, output_len), self.timeout)
+        except asyncio.TimeoutError:
+            return Record(start, end=time.perf_counter(), error=f"timeout after {self.timeout} s")
+
+    async def close(self):
+        await self.target.close()
 
 
 def _engine_target(args, checkpoint: str, spec) -> InProcessEngine:
@@ -109,6 +131,7 @@ async def main_async(args) -> dict:
                   "tensorrt_llm": lambda: GrpcTokens(args.url, args.token_model),
                   "engine": lambda: _engine_target(args, checkpoint, spec)}[name]()
         await target.open()
+        target = _Timed(target, args.request_timeout)
         try:
             for mode, load in loads:
                 conc = load if mode == "concurrency" else max(1, args.max_concurrency or int(load * 2))
@@ -130,6 +153,8 @@ async def main_async(args) -> dict:
                 print(f"{desc:28s} {s['output_tokens_per_s']:>10.1f} tok/s {s['requests_per_s']:>7.2f} req/s  "
                       f"TTFT p50 {s['ttft_ms']['p50']} ms  ITL p50 {s['itl_ms']['p50']} ms  "
                       f"E2E p50 {s['e2e_ms']['p50']} ms  errors {s['errors']}", flush=True)
+                if s["error_examples"]:
+                    print(f"  first errors: {s['error_examples'][:2]}", flush=True)
         finally:
             await target.close()
     doc = report.write(Path(args.out), meta, runs)

@@ -48,28 +48,29 @@ if [[ ,$PHASES, == *,c,* || ,$PHASES, == *,d,* ]]; then
 fi
 if [[ ,$PHASES, == *,c,* ]]; then
   stamp "(b)+(c): engine in-process, ensemble over gRPC streaming, tensorrt_llm token-level"
-  $BENCH --url localhost:18001 --targets engine,ensemble,tensorrt_llm $ENGINE --concurrency $CONC --duration $DUR \
+  timeout ${C_TIMEOUT:-300} $BENCH --url localhost:18001 --targets ${C_TARGETS:-engine,ensemble,tensorrt_llm} $ENGINE \
+    --concurrency ${CONC_C:-$CONC} --duration ${DUR_C:-$DUR} --request-timeout ${RT:-60} \
     --label "H200 bench-1b: engine CUDA graphs vs Triton" --out $W/c
+  echo "--- tritonserver.log (tail)"; tail -n 40 $W/tritonserver.log
   curl -s localhost:18002/metrics | grep -E "^nv_inference_(request_success|exec_count|compute_infer_duration)" > $W/c/metrics.txt
 fi
 if [[ ,$PHASES, == *,d,* ]]; then
   stamp "(d) perf_analyzer"
-  URL=localhost:18001 CHECKPOINT=$CKPT CONCURRENCY=$CONC MEASUREMENT_MS=${PA_MS:-4000} \
-    PERF_ANALYZER=/tmp/site/perf_analyzer/bin/perf_analyzer bash scripts/perf_analyzer.sh $W/pa
+  URL=localhost:18001 CHECKPOINT=$CKPT CONCURRENCY=${CONC_D:-$CONC} MEASUREMENT_MS=${PA_MS:-4000} \
+    PERF_ANALYZER=/tmp/site/perf_analyzer/bin/perf_analyzer timeout ${D_TIMEOUT:-240} bash scripts/perf_analyzer.sh $W/pa
 fi
 if [ -f "$W/tritonserver.log.pid" ]; then
   kill "$(cat $W/tritonserver.log.pid)"; sleep 3; rm -f "$W/tritonserver.log.pid"
 fi
 if [[ ,$PHASES, == *,b,* ]]; then
   stamp "(b) variants: no end ids (plain sampling), CUDA graphs"
-  $BENCH --targets engine $ENGINE --ignore-eos --concurrency $CONC --duration $DUR --label "graphs, no end ids" --out $W/b_graphs_noeos
+  $BENCH --targets engine $ENGINE --ignore-eos --concurrency ${CONC_B:-$CONC} --duration $DUR --label "graphs, no end ids" --out $W/b_graphs_noeos
   stamp "(b) variants: eager (LLMSERVE_CUDA_GRAPHS=0)"
-  LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --concurrency 1,64 --duration $DUR --label "eager, min_tokens" --out $W/b_eager
   LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --ignore-eos --concurrency 1,64 --duration $DUR --label "eager, no end ids" --out $W/b_eager_noeos
 fi
 if [[ ,$PHASES, == *,a,* ]]; then
   stamp "(a) Hugging Face generate"
-  python3 scripts/h200/hf_baseline.py "$CKPT" $W/hf.json $CONC $STATIC_BS
+  timeout ${A_TIMEOUT:-240} python3 scripts/h200/hf_baseline.py "$CKPT" $W/hf.json $CONC $STATIC_BS
 fi
 stamp "pack"
 tar -czf "$OUT/work-${PHASES//,/}.tgz" --exclude='*.profile.json' -C build/h200 work
