@@ -35,8 +35,10 @@ SAMPLING_INT32 = ("top_k", "min_tokens", "beam_width")
 
 # --- ensemble (what clients send and receive) --------------------------------------------------
 ENSEMBLE_INPUTS: list[Tensor] = [
-    Tensor("text_input", "STRING", (1,), optional=False),
-    Tensor("max_tokens", "INT32", (1,), optional=False),
+    # Required, but declared optional: Triton 2.51's generate endpoint answers a request missing a
+    # required input with HTTP 200 and an error body; preprocessing rejects it with a 400 instead.
+    Tensor("text_input", "STRING", (1,)),
+    Tensor("max_tokens", "INT32", (1,)),
     Tensor("stop_words", "STRING", (-1,)),
     Tensor("bad_words", "STRING", (-1,)),
     *_scalars("BOOL", "stream", "exclude_input_in_output", "return_log_probs", "apply_chat_template"),

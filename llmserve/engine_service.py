@@ -61,6 +61,8 @@ class EngineService:
         self.tokenizer = load_fast(opts.checkpoint_dir)
         self.model = LlamaModel(opts.checkpoint_dir, device, pick_dtype(opts.dtype, device),
                                 opts.max_batch_size, opts.max_input_len + opts.max_output_len)
+        if not opts.cuda_graphs:
+            self.model.graphs = None  # engine.torch.cuda_graphs: false
         self.engine = Engine(self.model, self.tokenizer, max_waiting=opts.max_queue_size,
                              request_timeout_s=opts.request_timeout_s)
         self.engine.start()

@@ -42,6 +42,10 @@ JSON_PARSE_ERRORS = (
     "attempt to get members for non-object",
     "Expected JSON object for keyword",
 )
+# Triton's generate endpoint answers every model error with 400, so "busy" arrives as 400: the
+# engine's full queue ("server busy") and Triton's own ("Exceeds maximum queue size"). Clients
+# behind the LB get 503, the status that says "retry later".
+BUSY_ERRORS = ("server busy", "Exceeds maximum queue size")
 
 # KServe v2 paths that clients may use: health, server/model metadata and readiness, inference.
 HTTP_ALLOWED = (
@@ -81,6 +85,7 @@ def render(spec: Spec, backends: list[Backend], *, label: str = "a spec", stats_
     allowed = " ".join(f"'{p}'" for p in HTTP_ALLOWED)
     grpc_allowed = " ".join(f"/inference.GRPCInferenceService/{m}" for m in GRPC_ALLOWED)
     parse_errors = " ".join(f'"{s}"' for s in JSON_PARSE_ERRORS)
+    busy_errors = " ".join(f'"{s}"' for s in BUSY_ERRORS)
     slow = f" slowstart {int(ha.slowstart_s * 1000)}ms" if ha.slowstart_s else ""
     srv_http = (f"check inter {chk.interval_ms} fastinter {min(chk.fastinter_ms, chk.interval_ms)} "
                 f"downinter {chk.interval_ms} fall {chk.fall} rise {chk.rise} "
@@ -136,6 +141,8 @@ def render(spec: Spec, backends: list[Backend], *, label: str = "a spec", stats_
         "    # Triton answers unparsable / wrongly typed JSON with 500; it is the client's error: 400.",
         "    http-response wait-for-body time 1s if { status 500 }",
         f"    http-response set-status 400 if {{ status 500 }} {{ res.body -m sub {parse_errors} }}",
+        "    http-response wait-for-body time 1s if { status 400 }",
+        f"    http-response set-status 503 if {{ status 400 }} {{ res.body -m sub {busy_errors} }}",
         "    default_backend triton_http",
         "",
         "frontend triton_grpc",

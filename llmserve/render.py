@@ -173,7 +173,8 @@ def unary_twin(spec: Spec, target: str, inputs, outputs) -> mc.ModelConfig:
     inputs = [dataclasses.replace(t, reshape_scalar=False) for t in inputs]
     return _python_model(
         target + C.UNARY_SUFFIX, spec, inputs, outputs,
-        instances=1, batching=spec.preprocessing.dynamic_batching, decoupled=False,
+        # The engine's queue bound: requests beyond it are refused at once ("server busy").
+        instances=2, batching=spec.engine.queue, decoupled=False,  # 2: one batch waits on the next
         params=_params(target_model=target),
     )
 

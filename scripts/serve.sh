@@ -4,7 +4,7 @@
 #   ./scripts/serve.sh --replicas 3 [--spec ...]   N servers behind HAProxy on the standard ports
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ " $* " == *" --replicas "* ]]; then
+if [[ " $* " == *" --replicas "* || " $* " == *" --replicas="* ]]; then
   ./scripts/setup.sh --haproxy
   exec .venv/bin/python -m llmserve.cluster "$@"
 fi

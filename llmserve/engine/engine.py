@@ -187,11 +187,24 @@ class Engine:
         self.stats.steps += 1
         self._accept(seqs, logits)
 
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, int, float]]:
+        try:
+            tokens, logprobs = sample(logits, [s.params for s in seqs], [s.prompt for s in seqs],
+                                      [s.generated for s in seqs], [s.generator for s in seqs])
+            return list(zip(seqs, tokens, logprobs))
+        except Exception:  # isolate the culprit: one request's bad sampling must not fail the batch
+            picked = []
+            for i, s in enumerate(seqs):
+                try:
+                    (tok,), (lp,) = sample(logits[i:i + 1], [s.params], [s.prompt], [s.generated], [s.generator])
+                    picked.append((s, tok, lp))
+                except Exception as e:
+                    self._finish(s, f"error: sampling failed: {e}")
+            return picked
+
     def _accept(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
-        tokens, logprobs = sample(logits, [s.params for s in seqs], [s.prompt for s in seqs],
-                                  [s.generated for s in seqs], [s.generator for s in seqs])
         now = time.monotonic()
-        for seq, tok, lp in zip(seqs, tokens, logprobs):
+        for seq, tok, lp in self._sample(seqs, logits):
             seq.first_token_at = seq.first_token_at or now
             self.stats.generated_tokens += 1
             p = seq.params

@@ -29,9 +29,10 @@ class SamplingParams:
 
     @property
     def plain(self) -> bool:
-        """Nothing but argmax or plain sampling is needed (the batched fast path)."""
+        """Nothing but argmax or plain sampling, plus at most the min_tokens end-token mask, is
+        needed (the batched fast path)."""
         return (self.repetition_penalty == 1.0 and self.presence_penalty == 0.0 and self.frequency_penalty == 0.0
-                and not self.bad_words and self.min_tokens == 0)
+                and not self.bad_words)
 
 
 def _penalize(logits: torch.Tensor, p: SamplingParams, prompt: list[int], generated: list[int]) -> None:
@@ -44,8 +45,6 @@ def _penalize(logits: torch.Tensor, p: SamplingParams, prompt: list[int], genera
     if generated and (p.presence_penalty or p.frequency_penalty):
         ids, counts = torch.tensor(generated, device=dev).unique(return_counts=True)
         logits[ids] -= p.presence_penalty + p.frequency_penalty * counts.to(logits.dtype)
-    if len(generated) < p.min_tokens and p.end_ids:
-        logits[list(p.end_ids)] = float("-inf")
     for word in p.bad_words:
         prefix = word[:-1]
         if not prefix or generated[len(generated) - len(prefix):] == prefix:
@@ -71,6 +70,12 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], prompts: list[lis
            generated: list[list[int]], generators: list[torch.Generator | None]) -> tuple[list[int], list[float]]:
     """logits: [B, V] float32 -> (token per row, log-probability of that token under the model)."""
     logprobs_all = torch.log_softmax(logits, dim=-1)
+    # min_tokens: forbid the end tokens of rows still short of it, in one indexed write for the batch.
+    rows = [(i, e) for i, p in enumerate(params) if p.end_ids and len(generated[i]) < p.min_tokens for e in p.end_ids]
+    if rows:
+        r, c = zip(*rows)
+        logits = logits.clone()
+        logits[torch.tensor(r, device=logits.device), torch.tensor(c, device=logits.device)] = float("-inf")
     if all(p.greedy and p.plain for p in params):
         tokens = logits.argmax(-1)
         lp = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)

@@ -29,7 +29,7 @@ def _idle(server):
 def test_http_sse_disconnect_frees_slot(small_server, emit):
     _idle(small_server)
     cancelled0 = metric(small_server, CANCELLED)
-    r = requests.post(f"http://{small_server.http}/v2/models/ensemble/generate_stream", json=long_request(),
+    r = requests.post(f"http://{small_server.http}/v2/models/ensemble/generate_stream", json={**long_request(), "stream": True},
                       stream=True, timeout=30)
     assert r.status_code == 200
     lines = r.iter_lines()
@@ -58,7 +58,8 @@ def test_grpc_stream_cancel_frees_slot(small_server, emit):
     inputs = []
     for name, value, dtype in (("text_input", np.array([[req["text_input"].encode()]], dtype=object), "BYTES"),
                                ("max_tokens", np.array([[req["max_tokens"]]], dtype=np.int32), "INT32"),
-                               ("min_tokens", np.array([[req["min_tokens"]]], dtype=np.int32), "INT32")):
+                               ("min_tokens", np.array([[req["min_tokens"]]], dtype=np.int32), "INT32"),
+                               ("stream", np.array([[True]], dtype=bool), "BOOL")):
         inputs.append(grpcclient.InferInput(name, list(value.shape), dtype).set_data_from_numpy(value))
     client.async_stream_infer(ENSEMBLE, inputs, request_id="cancel-me")
     result, error = got.get(timeout=30)

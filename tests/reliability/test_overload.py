@@ -34,7 +34,13 @@ def _post(http: str) -> tuple[int, float, str]:
     try:
         r = requests.post(f"http://{http}/v2/models/ensemble/generate",
                           json={"text_input": "Tell a story", "max_tokens": TOKENS, "min_tokens": TOKENS}, timeout=120)
-        return r.status_code, time.monotonic() - t0, r.text
+        status = r.status_code
+        # Triton's generate endpoint answers every model error with 400, whatever its code; the engine
+        # marks a full queue "server busy" and Triton's own queue says "Exceeds maximum queue size" (both
+        # UNAVAILABLE); our HAProxy turns them into 503.
+        if status == 400 and ("server busy" in r.text or "Exceeds maximum queue size" in r.text):
+            status = 503
+        return status, time.monotonic() - t0, r.text
     except requests.RequestException as e:
         return -1, time.monotonic() - t0, repr(e)
 
