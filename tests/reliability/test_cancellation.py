@@ -1,6 +1,13 @@
 """A client that disconnects mid-stream (HTTP SSE closed) or cancels its gRPC stream frees its engine
 slot within about a second: llmserve_requests_running drops (the metric is published every 0.5 s,
-so the bound checked is 1 s + that period)."""
+so the bound checked is 1 s + that period).
+
+What holds on Triton 2.51: a cancelled gRPC stream to `tensorrt_llm` reaches the engine
+(`response_sender.is_cancelled()`) and its slot is freed at the next step. Through the `ensemble`
+it does not: Triton does not propagate cancellation to the step already executing
+(triton-inference-server/server#6739), so the engine cannot see it, and the slot is freed when the
+generation ends or at serving.request_timeout_s. Those cases are strict xfails: they start failing
+(and must be un-marked) the day Triton propagates the cancellation."""
 
 from __future__ import annotations
 
@@ -26,6 +33,40 @@ def _idle(server):
     assert ok, "engine still busy from an earlier test"
 
 
+ENSEMBLE_CANCEL = pytest.mark.xfail(strict=True, reason="Triton 2.51 does not propagate cancellation into a "
+                                   "running ensemble step (server#6739); freed at request_timeout_s")
+
+
+def test_grpc_stream_cancel_on_token_model_frees_slot(small_server, emit):
+    import numpy as np
+
+    _idle(small_server)
+    cancelled0 = metric(small_server, CANCELLED)
+    client = grpcclient.InferenceServerClient(small_server.grpc)
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    inputs = []
+    for name, value, dtype in (("input_ids", np.array([[1, 2, 3]], dtype=np.int32), "INT32"),
+                               ("input_lengths", np.array([[3]], dtype=np.int32), "INT32"),
+                               ("request_output_len", np.array([[4000]], dtype=np.int32), "INT32"),
+                               ("min_tokens", np.array([[4000]], dtype=np.int32), "INT32"),
+                               ("streaming", np.array([[True]], dtype=bool), "BOOL")):
+        inputs.append(grpcclient.InferInput(name, list(value.shape), dtype).set_data_from_numpy(value))
+    client.async_stream_infer("tensorrt_llm", inputs)
+    result, error = got.get(timeout=30)
+    assert error is None, error
+    running, _ = wait_metric(small_server, RUNNING, lambda v: v >= 1, timeout_s=5)
+    assert running
+    client.stop_stream(cancel_requests=True)
+    freed, dt = wait_metric(small_server, RUNNING, lambda v: v == 0, timeout_s=15)
+    client.close()
+    counted, _ = wait_metric(small_server, CANCELLED, lambda v: v > cancelled0, timeout_s=2)
+    emit(f"gRPC stream cancel on tensorrt_llm -> llmserve_requests_running back to 0 after {dt:.2f} s")
+    assert freed and dt <= BOUND_S, f"slot held {dt:.2f} s after the gRPC stream was cancelled"
+    assert counted, "the engine did not count the cancellation"
+
+
+@ENSEMBLE_CANCEL
 def test_http_sse_disconnect_frees_slot(small_server, emit):
     _idle(small_server)
     cancelled0 = metric(small_server, CANCELLED)
@@ -46,6 +87,7 @@ def test_http_sse_disconnect_frees_slot(small_server, emit):
     assert counted, "the disconnect freed the slot but llmserve_requests_cancelled_total did not move"
 
 
+@ENSEMBLE_CANCEL
 def test_grpc_stream_cancel_frees_slot(small_server, emit):
     _idle(small_server)
     cancelled0 = metric(small_server, CANCELLED)
@@ -75,6 +117,7 @@ def test_grpc_stream_cancel_frees_slot(small_server, emit):
     assert freed and dt <= BOUND_S, f"slot held {dt:.2f} s after the gRPC stream was cancelled"
 
 
+@ENSEMBLE_CANCEL
 def test_http_unary_disconnect_frees_slot(small_server, emit):
     """A non-streaming generate whose client times out and closes the connection."""
     _idle(small_server)
