@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -88,6 +89,17 @@ def command(paths: ServerPaths, repository: Path, *, http_port: int, grpc_port: 
         "--log-verbose=0",
         *extra,
     ]
+
+
+def free_ports(n: int) -> list[int]:
+    """n TCP ports free on loopback right now (for test servers and local clusters)."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
 
 
 def is_ready(http_port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:

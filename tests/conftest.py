@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,20 +9,10 @@ import pytest
 
 from llmserve.checkpoint import build_checkpoint
 from llmserve.generate import write_repository
-from llmserve.server import TritonProcess
+from llmserve.server import TritonProcess, free_ports  # noqa: F401  (re-exported for tests)
 from llmserve.spec import ROOT, load_spec
 
 ADMIN_KEY = "llmserve-tests"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @dataclass
@@ -80,3 +69,14 @@ def smollm2_server(tmp_path_factory):
                           repository=ROOT / "model_repository")
     yield server
     server.process.stop()
+
+
+@pytest.fixture
+def emit(capsys):
+    """Print measured figures and counts to the terminal even without -s: they are part of the result."""
+
+    def write(text: str) -> None:
+        with capsys.disabled():
+            print("\n" + text, flush=True)
+
+    return write

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -31,17 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from llmserve.checkpoint import build_checkpoint  # noqa: E402
 from llmserve.cluster import Cluster  # noqa: E402
 from llmserve.generate import write_repository  # noqa: E402
+from llmserve.server import free_ports  # noqa: E402
 from llmserve.spec import load_spec  # noqa: E402
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_load(url: str, body: dict | None, n: int, conc: int) -> dict:

@@ -23,14 +23,3 @@ def fuzz_target(request) -> Target:
                       os.environ.get("LLMSERVE_FUZZ_LOG"))
     server = request.getfixturevalue("tiny_server")
     return Target(server.http, server.grpc, str(server.log))
-
-
-@pytest.fixture
-def emit(capsys):
-    """Print a report to the terminal even without -s (counts per category are part of the result)."""
-
-    def write(text: str) -> None:
-        with capsys.disabled():
-            print("\n" + text, flush=True)
-
-    return write

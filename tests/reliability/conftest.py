@@ -66,17 +66,6 @@ def long_request(tokens: int = MAX_OUT) -> dict:
     return {"text_input": "Count to a million", "max_tokens": tokens, "min_tokens": tokens}
 
 
-@pytest.fixture
-def emit(capsys):
-    """Print measured figures to the terminal even without -s."""
-
-    def write(text: str) -> None:
-        with capsys.disabled():
-            print("\n" + text, flush=True)
-
-    return write
-
-
 def rss_kb(pid: int) -> int:
     """Resident memory of a process and all its descendants (the Python stubs), in kB."""
     import psutil
