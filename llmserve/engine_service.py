@@ -88,8 +88,9 @@ class EngineService:
             if reason and reason.startswith("error"):
                 return send(None, True, reason)
             prefix = req.prompt if (not out and not req.exclude_input_in_output) else []
-            if not tokens and not prefix and req.streaming:
+            if not tokens and not prefix and req.streaming and (out or not finished):
                 return send(None, True, None) if finished else None  # just close the stream
+            # (a stream that ends before any token still gets one, empty, text_output)
             context = out[-CONTEXT_TOKENS:]
             new = prefix + tokens
             out.extend(new)

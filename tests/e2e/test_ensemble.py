@@ -173,3 +173,24 @@ def test_admin_endpoints_are_restricted(tiny_server):
     assert r.status_code in (401, 403), r.status_code
     r = requests.post(base + "/v2/logging", json={"log_verbose_level": 1}, timeout=10)
     assert r.status_code in (401, 403), r.status_code
+
+
+def test_stream_that_ends_before_any_token_still_answers(tiny_server):
+    """The end token as the very first token: one empty text_output, streamed or not."""
+    from llmserve.spec import ROOT
+    from llmserve.tokenizer import load_fast
+
+    ids = load_fast(ROOT / "build/checkpoints/tiny-random-llama").encode("Hi").ids
+    client = httpclient.InferenceServerClient(tiny_server.http)
+    inputs = []
+    for name, arr in (("input_ids", np.array([ids], dtype=np.int32)),
+                      ("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
+                      ("request_output_len", np.array([[1]], dtype=np.int32))):
+        t = httpclient.InferInput(name, list(arr.shape), "INT32")
+        t.set_data_from_numpy(arr)
+        inputs.append(t)
+    first = int(client.infer("tensorrt_llm_unary", inputs).as_numpy("output_ids").reshape(-1)[0])
+    body = {"text_input": "Hi", "apply_chat_template": False, "max_tokens": 4, "end_id": first}
+    assert generate(tiny_server, body).json()["text_output"] == ""
+    events = generate_stream(tiny_server, body)
+    assert [e["text_output"] for e in events] == [""]

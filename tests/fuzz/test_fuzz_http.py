@@ -116,7 +116,7 @@ def valid_body(draw) -> tuple[str, bytes]:
                                        min_size=1, max_size=30).filter(lambda s: s.strip())),
             "max_tokens": draw(small_valid_int)}
     opt = {
-        "temperature": st.floats(0, 2), "top_p": st.floats(0.01, 1), "top_k": st.integers(0, 50),
+        "temperature": st.one_of(st.just(0.0), st.floats(1e-4, 2)), "top_p": st.floats(0.01, 1), "top_k": st.integers(0, 50),
         "repetition_penalty": st.floats(0.5, 2), "presence_penalty": st.floats(-2, 2),
         "frequency_penalty": st.floats(-2, 2), "seed": st.integers(0, 2**64 - 1), "min_tokens": st.integers(0, 1),
         "stop_words": st.lists(st.text(min_size=1, max_size=10), max_size=5), "bad_words": st.just(""),
