@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run HERE (not on the GPU machine) before the device run: fills build/h200/ (ignored; carry it) with
-# what the GPU machine lacks and cannot download. About 40 MB.
+# what the GPU machine lacks and cannot download. About 58 MiB (the carry limit is 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=build/h200
@@ -10,6 +10,10 @@ for p in 28 27 17 24 35 38; do PIP="$PIP --platform manylinux_2_${p}_x86_64"; do
 $PIP --platform manylinux2014_x86_64 nvidia-pytriton==0.7.0 perf-analyzer==2.60.0 tritonclient==2.73.0 \
   python-rapidjson==1.25 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
   typing-extensions==4.16.0
+# numpy 1.26.4 for the Triton Python stubs only (scripts/h200/stub_venv.sh): Triton 2.51's stub breaks under numpy 2.
+mkdir -p $H/stubwhl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d $H/stubwhl \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 numpy==1.26.4
 # The pytriton wheel is 55 MB: keep only the server, its libraries and the Python 3.12 backend stub.
 rm -rf $H/pt && mkdir $H/pt && (cd $H/pt && unzip -q ../whl/nvidia_pytriton-0.7.0-*.whl)
 rm -f $H/pt/nvidia_pytriton.libs/libpython3-*.so*

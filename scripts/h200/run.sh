@@ -5,9 +5,12 @@
 # nvidia-pytriton files, wheels (tritonclient, perf-analyzer, pydantic...), the SmolLM2 tokenizer
 # and the model repository rendered from scripts/h200/bench-1b.yaml.
 #   weights  random bf16 1.2B Llama built on the GPU (scripts/h200/make_weights.py)
-#   c        tritonserver + tools/bench.py: engine in-process, ensemble (gRPC streaming), tensorrt_llm
+#   c        tritonserver + tools/bench.py: C_TARGETS (engine in-process, ensemble over gRPC streaming, tensorrt_llm)
 #   d        perf_analyzer on the ensemble (scripts/perf_analyzer.sh)
-#   b        engine variants in-process: eager (no CUDA graphs), no end ids (plain sampling path)
+#   t        tensorrt_llm token-level over gRPC streaming, bounded by T_TIMEOUT, then stub thread dump
+#   b        engine variants in-process: no end ids (--ignore-eos) at CONC_B; eager (no CUDA graphs) if EAGER=1
+# c and d start tritonserver with /tmp/stubvenv/bin/python3 (numpy 1.26.4 for the Python stubs: stub_venv.sh)
+# and check 2 requests each to ensemble and tensorrt_llm first; on failure they are skipped (log tail printed).
 #   a        Hugging Face static generate: default cache at every batch, static cache at STATIC_BS
 # Results go to build/h200/work and, packed, to $OUT.
 set -uo pipefail
@@ -31,10 +34,13 @@ if [ ! -d /tmp/site/pytriton ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site build/h200/whl/*.whl || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD
+# Triton's Python stubs need numpy < 2 (see stub_venv.sh); everything else keeps the machine's numpy 2.
+bash scripts/h200/stub_venv.sh python3 build/h200/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stubvenv || exit 1
 chmod +x /tmp/site/perf_analyzer/bin/perf_analyzer 2>/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c 'import sys, torch, transformers, platform; print(sys.version.split()[0], torch.__version__, transformers.__version__, platform.libc_ver())'
 nproc; date -u
+python3 -c 'import numpy; print("client numpy", numpy.__version__)'
 
 stamp "weights"
 python3 scripts/h200/make_weights.py build/h200/tokenizer "$CKPT" || exit 1
@@ -42,9 +48,15 @@ python3 scripts/h200/make_weights.py build/h200/tokenizer "$CKPT" || exit 1
 BENCH="python3 tools/bench.py --spec $SPEC --checkpoint $CKPT --input-len 128 --output-len 128 --no-progress"
 ENGINE="--engine-device cuda --engine-dtype bfloat16 --engine-max-slots 128 --engine-max-seq-len 512"
 
-if [[ ,$PHASES, == *,c,* || ,$PHASES, == *,d,* ]]; then
+if [[ ,$PHASES, == *,c,* || ,$PHASES, == *,d,* || ,$PHASES, == *,t,* ]]; then
   stamp "tritonserver"
-  python3 scripts/h200/triton_up.py build/h200/model_repository 18000 18001 18002 "$W/tritonserver.log" || exit 1
+  /tmp/stubvenv/bin/python3 scripts/h200/triton_up.py build/h200/model_repository 18000 18001 18002 "$W/tritonserver.log" || exit 1
+  stamp "smoke: 2 requests to the ensemble"
+  if ! timeout 90 $BENCH --url localhost:18001 --targets ensemble --concurrency 1 --requests 2 --warmup 0 \
+      --request-timeout 30 --out $W/smoke; then
+    echo "SMOKE FAILED: skipping c and d"; tail -n 60 $W/tritonserver.log
+    PHASES=${PHASES//c/-}; PHASES=${PHASES//d/-}; PHASES=${PHASES//t/-}
+  fi
 fi
 if [[ ,$PHASES, == *,c,* ]]; then
   stamp "(b)+(c): engine in-process, ensemble over gRPC streaming, tensorrt_llm token-level"
@@ -59,14 +71,29 @@ if [[ ,$PHASES, == *,d,* ]]; then
   URL=localhost:18001 CHECKPOINT=$CKPT CONCURRENCY=${CONC_D:-$CONC} MEASUREMENT_MS=${PA_MS:-4000} \
     PERF_ANALYZER=/tmp/site/perf_analyzer/bin/perf_analyzer timeout ${D_TIMEOUT:-240} bash scripts/perf_analyzer.sh $W/pa
 fi
+if [[ ,$PHASES, == *,t,* ]]; then
+  # Token-level tensorrt_llm directly (no pre/postprocessing). On the H200 its stub hung ("not healthy") at
+  # the first direct request: run last, bounded, then dump the stub threads' state.
+  stamp "(c) tensorrt_llm token-level"
+  timeout ${T_TIMEOUT:-90} $BENCH --url localhost:18001 --targets tensorrt_llm $ENGINE --concurrency ${CONC_T:-$CONC} \
+    --duration ${DUR_C:-$DUR} --request-timeout 20 --label "H200 bench-1b: tensorrt_llm token-level" --out $W/t
+  for pid in $(grep -las "tensorrt_llm/" /proc/[0-9]*/cmdline | grep -o "[0-9]*" | head -3); do
+    echo "--- stub $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | cut -c1-160)"; grep -E "State|Threads" /proc/$pid/status
+    for t in /proc/$pid/task/*; do echo "$(basename $t) $(cat $t/comm) $(cat $t/wchan 2>/dev/null)"; done | sort -k3 | uniq -c -f2 | head -20
+    command -v gdb >/dev/null && timeout 20 gdb -p $pid -batch -ex "thread apply all bt 12" 2>/dev/null | grep -E "^#|^Thread" | head -120
+  done
+  tail -n 30 $W/tritonserver.log
+fi
 if [ -f "$W/tritonserver.log.pid" ]; then
   kill "$(cat $W/tritonserver.log.pid)"; sleep 3; rm -f "$W/tritonserver.log.pid"
 fi
 if [[ ,$PHASES, == *,b,* ]]; then
   stamp "(b) variants: no end ids (plain sampling), CUDA graphs"
   $BENCH --targets engine $ENGINE --ignore-eos --concurrency ${CONC_B:-$CONC} --duration $DUR --label "graphs, no end ids" --out $W/b_graphs_noeos
-  stamp "(b) variants: eager (LLMSERVE_CUDA_GRAPHS=0)"
-  LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --ignore-eos --concurrency 1,64 --duration $DUR --label "eager, no end ids" --out $W/b_eager_noeos
+  if [ -n "${EAGER:-}" ]; then
+    stamp "(b) variants: eager (LLMSERVE_CUDA_GRAPHS=0)"
+    LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --ignore-eos --concurrency 1,64 --duration $DUR --label "eager, no end ids" --out $W/b_eager_noeos
+  fi
 fi
 if [[ ,$PHASES, == *,a,* ]]; then
   stamp "(a) Hugging Face generate"
