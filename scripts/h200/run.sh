@@ -77,7 +77,7 @@ if [[ ,$PHASES, == *,t,* ]]; then
   stamp "(c) tensorrt_llm token-level"
   timeout ${T_TIMEOUT:-90} $BENCH --url localhost:18001 --targets tensorrt_llm $ENGINE --concurrency ${CONC_T:-$CONC} \
     --duration ${DUR_C:-$DUR} --request-timeout 20 --label "H200 bench-1b: tensorrt_llm token-level" --out $W/t
-  for pid in $(grep -las "tensorrt_llm/" /proc/[0-9]*/cmdline | grep -o "[0-9]*" | head -3); do
+  for pid in $(grep -las "tensorrt_ll[m]/1/" /proc/[0-9]*/cmdline | grep -o "[0-9]*" | head -3); do
     echo "--- stub $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | cut -c1-160)"; grep -E "State|Threads" /proc/$pid/status
     for t in /proc/$pid/task/*; do echo "$(basename $t) $(cat $t/comm) $(cat $t/wchan 2>/dev/null)"; done | sort -k3 | uniq -c -f2 | head -20
     command -v gdb >/dev/null && timeout 20 gdb -p $pid -batch -ex "thread apply all bt 12" 2>/dev/null | grep -E "^#|^Thread" | head -120
