@@ -33,6 +33,7 @@ class EngineOptions:
     cuda_graphs: bool = True
     max_queue_size: int = 256
     request_timeout_s: float = 600.0
+    stream_interval_ms: float = 0.0
 
 
 def _bool(v: str) -> bool:
@@ -49,6 +50,7 @@ def options_from_params(params: dict[str, str], resolve) -> EngineOptions:
         cuda_graphs=_bool(params.get("cuda_graphs", "true")),
         max_queue_size=int(params.get("max_queue_size", 256)),
         request_timeout_s=float(params.get("request_timeout_s", 600)),
+        stream_interval_ms=float(params.get("stream_interval_ms", 0)),
     )
 
 
@@ -64,7 +66,8 @@ class EngineService:
         if not opts.cuda_graphs:
             self.model.graphs = None  # engine.torch.cuda_graphs: false
         self.engine = Engine(self.model, self.tokenizer, max_waiting=opts.max_queue_size,
-                             request_timeout_s=opts.request_timeout_s)
+                             request_timeout_s=opts.request_timeout_s,
+                             stream_interval_s=opts.stream_interval_ms / 1000)
         self.engine.start()
 
     def parse(self, read: Reader) -> EngineRequest:

@@ -111,6 +111,7 @@ def torch_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
             dtype=e.torch.dtype,
             threads=e.torch.threads,
             cuda_graphs=e.torch.cuda_graphs,
+            stream_interval_ms=e.torch.stream_interval_ms,
             max_batch_size=e.max_batch_size,
             max_input_len=e.max_input_len,
             max_output_len=e.max_output_len,

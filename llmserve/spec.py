@@ -92,6 +92,10 @@ class TorchEngine(Strict):
     """torch CPU threads per instance; 0 lets torch decide."""
     cuda_graphs: bool = True
     """Capture decode steps in CUDA graphs on GPUs (ignored on CPU)."""
+    stream_interval_ms: float = Field(default=0, ge=0)
+    """A stream gets at most one response per interval; tokens generated in between travel together
+    (exactly detokenized all the same). 0 sends every token. On a fast GPU, a response per token per
+    stream makes the Python postprocessing the ensemble's bottleneck (docs/perf-gpu.md)."""
 
 
 class Engine(Strict):

@@ -47,6 +47,7 @@ class Sequence:
     arrival: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")  # monotonic time after which the request is cancelled
     first_token_at: float | None = None
+    last_emit_at: float = float("-inf")
 
     @property
     def position(self) -> int:  # position of the next token to feed
@@ -77,8 +78,10 @@ class EngineBusy(RuntimeError):
 
 class Engine:
     def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int = 2048,
-                 skip_special_tokens: bool = True, max_waiting: int = 256, request_timeout_s: float = float("inf")):
+                 skip_special_tokens: bool = True, max_waiting: int = 256, request_timeout_s: float = float("inf"),
+                 stream_interval_s: float = 0.0):
         self.model = model
+        self.stream_interval_s = stream_interval_s
         self.max_waiting = max_waiting
         self.request_timeout_s = request_timeout_s
         self.tokenizer = tokenizer
@@ -219,9 +222,10 @@ class Engine:
                     seq.finish_reason = "length"
             if seq.finish_reason:
                 self._finish(seq, seq.finish_reason)
-            elif seq.streaming:
+            elif seq.streaming and now - seq.last_emit_at >= self.stream_interval_s:
                 safe = seq.stop.safe_tokens() if seq.stop else len(seq.generated)
                 if safe > seq.emitted:
+                    seq.last_emit_at = now
                     seq.on_output(seq, seq.generated[seq.emitted:safe], seq.logprobs[seq.emitted:safe], False, None)
                     seq.emitted = safe
 
