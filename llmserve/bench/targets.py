@@ -117,13 +117,13 @@ class GrpcEnsemble(_GrpcStreaming):
                   _tensor(g, "min_tokens", [[output_len]], "INT32"),
                   _tensor(g, "stream", [[True]], "BOOL"),
                   _tensor(g, "apply_chat_template", [[False]], "BOOL")]
-        return inputs, [g.InferRequestedOutput("text_output")]
+        return inputs, [g.InferRequestedOutput("text_output"), g.InferRequestedOutput("output_log_probs")]
 
     def _count(self, result, output_len: int) -> int:
-        out = result.as_numpy("text_output")
-        # One streamed chunk is one engine step's token for this request. A chunk can be empty text
-        # (a token that completes no character yet): it still counts as a token.
-        return 0 if out is None else 1
+        # A chunk carries one log-prob per token: one token per engine step, or several when the
+        # engine coalesces a stream's tokens (engine.torch.stream_interval_ms). Empty text still counts.
+        lp = result.as_numpy("output_log_probs")
+        return 0 if lp is None else int(lp.size)
 
 
 class GrpcTokens(_GrpcStreaming):
@@ -180,7 +180,8 @@ class HttpEnsemble(Target):
                         rec.error = str(event["error"])
                         break
                     if "text_output" in event:
-                        rec.mark(1)
+                        lp = event.get("output_log_probs")  # a list, or a bare number for one token
+                        rec.mark(len(lp) if isinstance(lp, list) else 1)
         except Exception as e:  # noqa: BLE001
             rec.error = f"{type(e).__name__}: {e}"
         rec.end = time.perf_counter()
