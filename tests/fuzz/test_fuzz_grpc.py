@@ -93,7 +93,7 @@ def valid_request(draw):
     req = [("text_input", "BYTES", [1, 1], np.array([[prompt.encode()]], dtype=np.object_), None),
            ("max_tokens", "INT32", [1, 1], np.array([[draw(st.integers(1, 2))]], dtype=np.int32), None)]
     if draw(st.booleans()):
-        temperature = draw(st.one_of(st.just(0.0), st.floats(1e-4, 2, width=32)))  # (0, 1e-5) is rejected
+        temperature = draw(st.one_of(st.just(0.0), st.floats(0.125, 2, width=32)))  # (0, 1e-5) is rejected
         req.append(("temperature", "FP32", [1, 1], np.array([[temperature]], dtype=np.float32), None))
     if draw(st.booleans()):
         words = draw(st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=4))

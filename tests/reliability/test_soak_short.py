@@ -1,7 +1,7 @@
 """The 2-minute CI version of tools/soak.py: mixed load (HTTP/gRPC, unary/streaming, invalid and
 abandoned requests) with the same checks: zero errors, the server ready throughout, RSS and open fds
 of tritonserver and every Python stub grow < 5% after warm-up. Run the 30-minute soak by hand:
-`python tools/soak.py` (docs/perf-soak.md)."""
+`python tools/soak.py` (docs/PERFORMANCE.md, section 5)."""
 
 from __future__ import annotations
 
