@@ -226,19 +226,25 @@ class Engine:
                 safe = seq.stop.safe_tokens() if seq.stop else len(seq.generated)
                 if safe > seq.emitted:
                     seq.last_emit_at = now
-                    seq.on_output(seq, seq.generated[seq.emitted:safe], seq.logprobs[seq.emitted:safe], False, None)
+                    self._emit(seq, seq.generated[seq.emitted:safe], seq.logprobs[seq.emitted:safe], False, None)
                     seq.emitted = safe
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason
         end = seq.keep if seq.keep is not None else len(seq.generated)
         end = max(end, seq.emitted)
+        self._emit(seq, seq.generated[seq.emitted:end], seq.logprobs[seq.emitted:end], True, reason)
+        seq.emitted = end
+        self._release(seq)
+        self.stats.finished += 1
+
+    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason) -> None:
+        """Hand tokens to the request's callback. A callback that fails (its client is gone, the
+        response cannot be sent) only ends that request, never the batch or the engine thread."""
         try:
-            seq.on_output(seq, seq.generated[seq.emitted:end], seq.logprobs[seq.emitted:end], True, reason)
-        finally:
-            seq.emitted = end
-            self._release(seq)
-            self.stats.finished += 1
+            seq.on_output(seq, tokens, logprobs, finished, reason)
+        except Exception:
+            seq.is_cancelled = lambda: True  # freed at the next step
 
     def _release(self, seq: Sequence) -> None:
         if seq in self.running:

@@ -28,3 +28,22 @@ def test_every_token_by_default_and_coalesced_with_an_interval(tiny_llama):
     # The first token goes out at once (time to first token), the rest together at the end.
     assert [len(c) for c in coalesced] == [1, 9]
     assert sum(coalesced, []) == sum(every, [])
+
+
+def test_a_failing_callback_ends_only_its_own_request(tiny_llama):
+    model = LlamaModel(tiny_llama, torch.device("cpu"), torch.float32, max_slots=2, max_seq_len=64)
+    engine = Engine(model, load_fast(tiny_llama))
+    good = []
+
+    def broken(*_):
+        raise RuntimeError("response sender closed")
+
+    bad = Sequence(prompt=[1, 2], params=SamplingParams(max_new_tokens=8, min_tokens=8), on_output=broken)
+    ok = Sequence(prompt=[1, 3], params=SamplingParams(max_new_tokens=8, min_tokens=8),
+                  on_output=lambda s, tokens, lp, fin, why: good.append((tokens, fin, why)))
+    engine.submit(bad)
+    engine.submit(ok)
+    while engine.running or engine.waiting:
+        engine.step()
+    assert sum(len(t) for t, _, _ in good) == 8 and good[-1][1:] == (True, "length")
+    assert engine.stats.cancelled == 1 and sorted(engine.free_slots) == [0, 1]
