@@ -71,7 +71,8 @@ def main(argv=None) -> int:
               flush=True)
 
     threading.Thread(target=announce, daemon=True).start()
-    return server.proc.wait()
+    server.proc.wait()
+    return server.stop()  # also ends Python stubs that outlived tritonserver
 
 
 if __name__ == "__main__":

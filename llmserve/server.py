@@ -143,14 +143,23 @@ class TritonProcess:
         raise TimeoutError(f"tritonserver not ready on :{self.http_port} after {timeout_s} s")
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 90) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(sig)
+        """Signal tritonserver (SIGTERM: drain, then exit), wait, then end what is left of its process
+        group. When its exit timeout runs out (idle keep-alive HTTP connections count as activity),
+        tritonserver exits without unloading its models and their Python stubs outlive it: each one
+        holds a model and its KV cache until killed. They share tritonserver's process group."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
         try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait()
+        except ProcessLookupError:
+            pass
+        return self.proc.wait()
 
     def __enter__(self):
         return self.start()
