@@ -43,7 +43,10 @@ FIELDS = {"text_input", "max_tokens", "stop_words", "bad_words", "stream", "excl
           "return_log_probs", "apply_chat_template", "end_id", "pad_id", "top_k", "min_tokens", "beam_width",
           "temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed"}
 TRITON_400 = [re.compile(p) for p in (
-    r"^\[request id: [^\]]*\] ",  # Triton core input checks (shape, batch size, missing/unknown input, dtype)
+    # Triton core input checks (shape, batch size, missing/unknown input, dtype), possibly relayed by
+    # the ensemble ("in ensemble 'ensemble', [request id: 105] ...").
+    r"^(in ensemble '[^']*', )?\[request id: [^\]]*\] ",
+    r"request has 0 inputs",  # a request with no inputs at all (every ensemble input is optional)
     # The same core checks as they arrive on a gRPC stream (no request-id prefix there).
     r"^unexpected inference input '", r"^expected number of inputs between", r"^unexpected shape for input",
     r"^inference input '[^']*' data-type is", r"^input '[^']*' batch size does not match",
