@@ -15,12 +15,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmserve.checkpoint import build_checkpoint  # noqa: E402
-from llmserve.spec import SpecError, load_spec  # noqa: E402
+from llmserve.spec import ROOT, SpecError, load_spec  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spec", default="specs/default.yaml")
+    ap.add_argument("--spec", default=str(ROOT / "specs/default.yaml"))
     ap.add_argument("--force", action="store_true", help="rebuild even if the output exists")
     ap.add_argument("--dry-run", action="store_true", help="tensorrtllm: print the commands, run nothing")
     args = ap.parse_args()
