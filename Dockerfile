@@ -29,7 +29,7 @@ RUN pip install --no-cache-dir -r /tmp/requirements-image.txt \
 COPY pyproject.toml requirements.txt ./
 COPY llmserve ./llmserve
 RUN pip install --no-cache-dir --no-deps . \
-    && python3 -c "import llmserve.spec, llmserve.trtllm_config, llmserve.trtllm_build"
+    && python3 -c "import llmserve.spec, llmserve.trtllm.config, llmserve.trtllm.build"
 
 COPY . .
 

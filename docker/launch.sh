@@ -56,7 +56,7 @@ esac
 [[ -d "$MODEL_REPO" ]] || die "model repository $MODEL_REPO not found: run tools/generate.py --spec ... --out $MODEL_REPO"
 
 # What the generated repository needs from the process environment (orchestrator mode, engine).
-launch_env=$(PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}" python3 -m llmserve.trtllm_config launch-env --repo "$MODEL_REPO") \
+launch_env=$(PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}" python3 -m llmserve.trtllm.config launch-env --repo "$MODEL_REPO") \
     || die "cannot read $MODEL_REPO/tensorrt_llm/config.pbtxt"
 eval "$launch_env"
 

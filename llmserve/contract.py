@@ -72,7 +72,7 @@ ENGINE_OUTPUTS: list[Tensor] = [
     Tensor("output_log_probs", "FP32", (-1, -1)),
     # Ours, additive (the C++ backend does not produce it): in streaming, up to CONTEXT_TOKENS tokens
     # of this request's output that precede output_ids, so postprocessing can detokenize each chunk
-    # exactly without keeping per-request state (see llmserve/detokenize.py).
+    # exactly without keeping per-request state (see llmserve/text/detokenize.py).
     Tensor("output_context_ids", "INT32", (-1, -1)),
 ]
 TORCH_ONLY_OUTPUTS = {"output_context_ids"}

@@ -17,3 +17,8 @@ class RequestError(ValueError):
 
 def is_request_error(message: str) -> bool:
     return bool(_PATTERN.search(message))
+
+
+class EngineBusy(RuntimeError):
+    """The engine's waiting queue is full: the request is refused at once (HTTP 503 / gRPC
+    UNAVAILABLE, "server busy") instead of queueing forever."""

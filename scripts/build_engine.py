@@ -31,7 +31,7 @@ def main() -> int:
         return 2
     try:
         if spec.engine.kind == "tensorrtllm":
-            from llmserve.trtllm_build import build_trtllm_engine
+            from llmserve.trtllm.build import build_trtllm_engine
 
             return build_trtllm_engine(spec, args.spec, dry_run=args.dry_run, force=args.force)
         if args.dry_run:

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ " $* " == *" --replicas "* || " $* " == *" --replicas="* ]]; then
   ./scripts/setup.sh --haproxy
-  exec .venv/bin/python -m llmserve.cluster "$@"
+  exec .venv/bin/python -m llmserve.deploy.cluster "$@"
 fi
 ./scripts/setup.sh
-exec .venv/bin/python -m llmserve.serve "$@"
+exec .venv/bin/python -m llmserve.deploy.serve "$@"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from llmserve.checkpoint import build_checkpoint
-from llmserve.generate import write_repository
-from llmserve.server import TritonProcess, free_ports  # noqa: F401  (re-exported for tests)
+from llmserve.deploy.tritonserver import TritonProcess, free_ports  # noqa: F401  (re-exported for tests)
+from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
 
 ADMIN_KEY = "llmserve-tests"

@@ -28,9 +28,9 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmserve.checkpoint import build_checkpoint  # noqa: E402
-from llmserve.cluster import Cluster  # noqa: E402
-from llmserve.generate import write_repository  # noqa: E402
-from llmserve.server import free_ports  # noqa: E402
+from llmserve.deploy.cluster import Cluster  # noqa: E402
+from llmserve.deploy.tritonserver import free_ports  # noqa: E402
+from llmserve.repository.writer import write_repository  # noqa: E402
 from llmserve.spec import load_spec  # noqa: E402
 
 

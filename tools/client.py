@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Failover client CLI for the ensemble (llmserve/failover.py): several endpoints or the load
+"""Failover client CLI for the ensemble (llmserve/client/failover.py): several endpoints or the load
 balancer, safe retries, and streams resumed on another server when one breaks.
 
     python tools/client.py "What is the capital of France?" --max-tokens 32 --url localhost:8000
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmserve.failover import FailoverClient, GenerationError, Stats  # noqa: E402
+from llmserve.client.failover import FailoverClient, GenerationError, Stats  # noqa: E402
 
 
 def main(argv=None) -> int:

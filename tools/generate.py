@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmserve.generate import check_repository, spec_label, write_repository  # noqa: E402
+from llmserve.repository.writer import check_repository, spec_label, write_repository  # noqa: E402
 from llmserve.spec import ROOT, SpecError, load_spec  # noqa: E402
 
 

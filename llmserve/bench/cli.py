@@ -8,11 +8,14 @@ import datetime
 import json
 import platform
 import sys
+import time
 from pathlib import Path
 
+from ..spec import load_spec
+from ..spec.deployment import Engine as EngineSection
 from . import report
 from .runner import fixed_concurrency, poisson_rate, warm_up
-from .targets import GrpcEnsemble, GrpcTokens, HttpEnsemble, InProcessEngine
+from .targets import GrpcEnsemble, GrpcTokens, HttpEnsemble, InProcessEngine, Record
 from .workload import make_prompts
 
 TARGETS = ("ensemble", "ensemble-http", "tensorrt_llm", "engine")
@@ -55,6 +58,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--engine-max-slots", type=int, default=None, help="default: the spec's max_batch_size")
     g.add_argument("--engine-max-seq-len", type=int, default=None, help="default: max_input_len + max_output_len")
     g.add_argument("--engine-threads", type=int, default=None)
+    g.add_argument("--engine-eager", action="store_true", help="no CUDA graphs (default: the spec's engine.torch.cuda_graphs)")
     g.add_argument("--ignore-eos", action="store_true",
                    help="engine target: no end ids instead of min_tokens = max_tokens (the plain sampling path)")
     return p
@@ -67,10 +71,6 @@ class _Timed:
         self.target, self.timeout = target, timeout
 
     async def request(self, prompt, output_len):
-        import time
-
-        from .targets import Record
-
         start = time.perf_counter()
         try:
             return await asyncio.wait_for(self.target.request(prompt, output_len), self.timeout)
@@ -82,15 +82,17 @@ class _Timed:
 
 
 def _engine_target(args, checkpoint: str, spec) -> InProcessEngine:
-    eng = spec.engine if spec else None
+    eng = spec.engine if spec else EngineSection()  # the spec defaults when only --checkpoint is given
     return InProcessEngine(
         checkpoint,
-        device=args.engine_device or (eng.torch.device if eng else "auto"),
-        dtype=args.engine_dtype or (eng.torch.dtype if eng else "auto"),
-        max_slots=args.engine_max_slots or (eng.max_batch_size if eng else 8),
-        max_seq_len=args.engine_max_seq_len or (eng.max_input_len + eng.max_output_len if eng else 1024),
+        device=args.engine_device or eng.torch.device,
+        dtype=args.engine_dtype or eng.torch.dtype,
+        max_slots=args.engine_max_slots or eng.max_batch_size,
+        max_seq_len=args.engine_max_seq_len or eng.max_seq_len,
+        cuda_graphs=eng.torch.cuda_graphs and not args.engine_eager,
+        prefill_token_budget=eng.torch.prefill_token_budget,
         ignore_eos=args.ignore_eos,
-        threads=args.engine_threads if args.engine_threads is not None else (eng.torch.threads if eng else 0),
+        threads=args.engine_threads if args.engine_threads is not None else eng.torch.threads,
     )
 
 
@@ -99,8 +101,6 @@ async def main_async(args) -> dict:
     checkpoint = args.checkpoint
     if not checkpoint or "engine" in args.targets:
         try:
-            from ..spec import load_spec
-
             spec = load_spec(Path(args.spec))
             checkpoint = checkpoint or str(spec.checkpoint_path())
         except Exception as e:  # noqa: BLE001

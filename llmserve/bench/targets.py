@@ -193,32 +193,32 @@ class InProcessEngine(Target):
 
     name = "engine"
 
-    def __init__(self, checkpoint: str, *, device: str = "auto", dtype: str = "auto", max_slots: int = 8,
-                 max_seq_len: int = 1024, ignore_eos: bool = False, threads: int = 0):
-        self.args = (checkpoint, device, dtype, max_slots, max_seq_len, threads)
+    def __init__(self, checkpoint: str, *, device: str, dtype: str, max_slots: int, max_seq_len: int,
+                 cuda_graphs: bool, prefill_token_budget: int, ignore_eos: bool = False, threads: int = 0):
+        self.checkpoint = checkpoint
+        self.model_args = dict(device=device, dtype=dtype, max_slots=max_slots, max_seq_len=max_seq_len,
+                               cuda_graphs=cuda_graphs, threads=threads)
+        self.prefill_token_budget = prefill_token_budget
         self.ignore_eos = ignore_eos
 
     async def open(self) -> None:
-        import torch
-
+        # Late imports: torch is needed only by this target, not by the Triton clients.
         from ..engine.engine import Engine
-        from ..engine.llama import LlamaModel, pick_device, pick_dtype
-        from ..tokenizer import load_fast
+        from ..engine.loader import load_model
+        from ..text.tokenizer import load_fast
 
-        checkpoint, device, dtype, slots, seq, threads = self.args
-        if threads:
-            torch.set_num_threads(threads)
-        dev = pick_device(device)
-        self.model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), slots, seq)
-        self.engine = Engine(self.model, load_fast(checkpoint))
+        self.model = load_model(self.checkpoint, **self.model_args)
+        self.engine = Engine(self.model, load_fast(self.checkpoint), prefill_token_budget=self.prefill_token_budget,
+                             skip_special_tokens=True, max_waiting=1 << 30, request_timeout_s=float("inf"),
+                             stream_interval_s=0.0)
         self.engine.start()
 
     async def close(self) -> None:
         self.engine.shutdown()
 
     async def request(self, prompt: Prompt, output_len: int) -> Record:
-        from ..engine.engine import Sequence
         from ..engine.sampling import SamplingParams
+        from ..engine.sequence import Sequence
 
         loop = asyncio.get_running_loop()
         done = loop.create_future()
@@ -226,7 +226,7 @@ class InProcessEngine(Target):
 
         def on_output(seq, tokens, logprobs, finished, reason):  # engine thread
             n = len(tokens)
-            loop.call_soon_threadsafe(self._deliver, rec, done, n, finished, reason)
+            loop.call_soon_threadsafe(self._deliver, rec, done, n, finished, reason, seq.error)
 
         if self.ignore_eos:  # no end ids at all: exact length on the plain (batched) sampling path
             params = SamplingParams(max_new_tokens=output_len)
@@ -239,9 +239,9 @@ class InProcessEngine(Target):
         return rec
 
     @staticmethod
-    def _deliver(rec: Record, done, n: int, finished: bool, reason) -> None:
+    def _deliver(rec: Record, done, n: int, finished: bool, reason, seq_error) -> None:
         rec.mark(n)
         if finished and not done.done():
-            if reason not in ("length", "stop", "stop_word"):
-                rec.error = str(reason)
+            if not reason.completed:
+                rec.error = f"{reason.value}: {seq_error}" if seq_error else reason.value
             done.set_result(None)

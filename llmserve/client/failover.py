@@ -7,8 +7,8 @@ safe to retry, and streams that survive the loss of the server that was generati
         print(piece, end="", flush=True)
 
 Retried (on the next endpoint, with backoff): connection refused/reset before an answer, HTTP
-429/502/503/504 and other 5xx except 501/505, gRPC UNAVAILABLE / RESOURCE_EXHAUSTED / INTERNAL /
-CANCELLED / UNKNOWN before any token. Never retried: 4xx (the request is wrong), 501/505, gRPC
+429, 500, 502, 503 and 504 (RETRY_HTTP), gRPC UNAVAILABLE / RESOURCE_EXHAUSTED / INTERNAL /
+CANCELLED / UNKNOWN before any token. Never retried: other 4xx (the request is wrong), 501/505, gRPC
 INVALID_ARGUMENT and the like. Generation has no side effects, so re-sending is safe; what is not
 retried would fail the same way everywhere.
 
@@ -40,6 +40,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 import requests
+
+from ..contract import ENSEMBLE_INPUTS
 
 RETRY_HTTP = {429, 500, 502, 503, 504}
 GRPC_RETRY = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED", "StatusCode.INTERNAL",
@@ -98,7 +100,7 @@ class Generation:
                             max_tokens=budget - self.stats.tokens)
                 if "min_tokens" in req:
                     body["min_tokens"] = max(0, req["min_tokens"] - self.stats.tokens)
-            self.endpoint = c.pick(failures)
+            self.endpoint = c.pick()
             self.stats.attempts += 1
             self.stats.endpoints.append(self.endpoint)
             try:
@@ -129,7 +131,6 @@ class HTTPTransport:
 
     def __init__(self, model: str, timeout_s: float, connect_timeout_s: float):
         self.model, self.timeout = model, (connect_timeout_s, timeout_s)
-        self.session_local = None
 
     def _post(self, endpoint: str, path: str, body: dict, stream: bool):
         url = f"http://{endpoint}/v2/models/{self.model}/{path}"
@@ -178,14 +179,12 @@ class HTTPTransport:
 class GRPCTransport:
     """tritonclient.grpc: bidirectional streaming (ModelStreamInfer) on the decoupled ensemble."""
 
-    def __init__(self, model: str, unary_model: str, timeout_s: float):
-        self.model, self.unary_model, self.timeout = model, unary_model, timeout_s
+    def __init__(self, model: str, timeout_s: float):
+        self.model, self.timeout = model, timeout_s
 
     @staticmethod
     def _inputs(body: dict):
         import tritonclient.grpc as g
-
-        from .contract import ENSEMBLE_INPUTS
 
         kinds = {t.name: t for t in ENSEMBLE_INPUTS}
         out = []
@@ -271,7 +270,7 @@ class FailoverClient:
     (retried or resumed); keep it above the longest wait for a first token under load."""
 
     def __init__(self, endpoints: list[str] | str, *, protocol: str = "http", model: str = "ensemble",
-                 unary_model: str = "ensemble_unary", tokenizer_dir: Optional[str] = None,
+                 tokenizer_dir: Optional[str] = None,
                  apply_chat_template: bool = True, max_attempts: int = 6, backoff_s: float = 0.1,
                  max_backoff_s: float = 2.0, idle_timeout_s: float = 120, connect_timeout_s: float = 3.0):
         self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
@@ -281,14 +280,14 @@ class FailoverClient:
         if protocol == "http":
             self.transport = HTTPTransport(model, idle_timeout_s, connect_timeout_s)
         elif protocol == "grpc":
-            self.transport = GRPCTransport(model, unary_model, idle_timeout_s)
+            self.transport = GRPCTransport(model, idle_timeout_s)
         else:
             raise ValueError(f"protocol must be http or grpc, not {protocol!r}")
         self.tokenizer_dir, self.chat_default = tokenizer_dir, apply_chat_template
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self._next = random.randrange(len(self.endpoints))
 
-    def pick(self, failures: int) -> str:
+    def pick(self) -> str:
         """Round robin over the endpoints; after a failure the next one (another server)."""
         self._next = (self._next + 1) % len(self.endpoints)
         return self.endpoints[self._next]
@@ -303,7 +302,9 @@ class FailoverClient:
         if not self.tokenizer_dir:
             raise GenerationError("cannot resume a chat-template stream without tokenizer_dir "
                                   "(or send raw prompts with apply_chat_template=false)")
-        from .tokenizer import load_hf_tokenizer
+        from ..text.tokenizer import (
+            load_hf_tokenizer,  # late: transformers only when a resume needs it
+        )
 
         tok = load_hf_tokenizer(self.tokenizer_dir)
         return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
@@ -323,7 +324,7 @@ class FailoverClient:
         stats = stats if stats is not None else Stats()
         failures = 0
         while True:
-            endpoint = self.pick(failures)
+            endpoint = self.pick()
             stats.attempts += 1
             stats.endpoints.append(endpoint)
             try:

@@ -1,7 +1,7 @@
 """N tritonservers behind HAProxy on one host, in the foreground; and a rolling restart without errors.
 
-    python -m llmserve.cluster --replicas 3 [--spec specs/default.yaml]      (scripts/serve.sh --replicas 3)
-    python -m llmserve.cluster rolling-restart [--spec ...]                  (from another shell)
+    python -m llmserve.deploy.cluster --replicas 3 [--spec specs/default.yaml]      (scripts/serve.sh --replicas 3)
+    python -m llmserve.deploy.cluster rolling-restart [--spec ...]                  (from another shell)
 
 The cluster process starts the replicas on ha.base_*_port + i, renders haproxy.cfg from the spec,
 runs `haproxy -W -db` with it and supervises: a replica that dies is started again (HAProxy's
@@ -32,9 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from ..checkpoint import build_checkpoint
+from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .haproxy import Backend, check_config, render
-from .server import TritonProcess, is_ready
-from .spec import ROOT, Spec, SpecError, load_spec, resolve
+from .serve import prepare_repository
+from .tritonserver import TritonProcess, is_ready
 
 HTTP_BACKEND, GRPC_BACKEND = "triton_http", "triton_grpc"
 
@@ -289,10 +291,10 @@ def _pid_alive(pid: int) -> bool:
 
 
 def rolling_restart_cli(workdir: Path, drain_timeout_s: float, ready_timeout_s: float = 600) -> int:
-    """Restart the replicas of a running `llmserve.cluster` (its supervisor starts each again)."""
+    """Restart the replicas of a running `llmserve.deploy.cluster` (its supervisor starts each again)."""
     state_path = workdir / "cluster.json"
     if not state_path.exists():
-        print(f"error: {state_path} not found: is `python -m llmserve.cluster` running?", file=sys.stderr)
+        print(f"error: {state_path} not found: is `python -m llmserve.deploy.cluster` running?", file=sys.stderr)
         return 2
     state = json.loads(state_path.read_text())
     api = RuntimeAPI(state["socket"])
@@ -318,12 +320,9 @@ def rolling_restart_cli(workdir: Path, drain_timeout_s: float, ready_timeout_s: 
 
 
 def main(argv=None) -> int:
-    from .checkpoint import build_checkpoint
-    from .serve import DEFAULT_SPEC, prepare_repository
-
     argv = list(sys.argv[1:] if argv is None else argv)
     sub = argv.pop(0) if argv and argv[0] in ("rolling-restart", "config") else "serve"
-    ap = argparse.ArgumentParser(prog=f"python -m llmserve.cluster {sub}", description=__doc__,
+    ap = argparse.ArgumentParser(prog=f"python -m llmserve.deploy.cluster {sub}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", default=str(DEFAULT_SPEC))
     ap.add_argument("--replicas", type=int, help="default: ha.replicas of the spec")
@@ -364,7 +363,7 @@ def main(argv=None) -> int:
             f"http://localhost:{cluster.stats_port}/ (Prometheus /metrics); runtime API {cluster.socket}\n"
             f"  curl -s localhost:{cluster.http_port}/v2/models/ensemble/generate -d "
             f"'{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
-            f"  python -m llmserve.cluster rolling-restart   # restart every server without errors\n"
+            f"  python -m llmserve.deploy.cluster rolling-restart   # restart every server without errors\n"
             f"  checks every {ha.check.interval_ms} ms, fall {ha.check.fall}, rise {ha.check.rise}")
         cluster.supervise(stop)
     except (RuntimeError, TimeoutError, ValueError) as e:

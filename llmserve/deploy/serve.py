@@ -2,7 +2,7 @@
 tritonserver, say when it is ready. SIGINT/SIGTERM go to tritonserver, which drains in-flight
 requests (up to serving.exit_timeout_s) before it exits.
 
-    python -m llmserve.serve --spec specs/default.yaml [--http-port 8000 --grpc-port 8001 --metrics-port 8002]
+    python -m llmserve.deploy.serve --spec specs/default.yaml [--http-port 8000 --grpc-port 8001 --metrics-port 8002]
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ import sys
 import threading
 from pathlib import Path
 
-from .checkpoint import build_checkpoint
-from .generate import check_repository, spec_label, write_repository
-from .server import TritonProcess
-from .spec import ROOT, SpecError, load_spec
-
-DEFAULT_SPEC = ROOT / "specs" / "default.yaml"
+from ..checkpoint import build_checkpoint
+from ..repository.writer import check_repository, spec_label, write_repository
+from ..spec import DEFAULT_SPEC, ROOT, SpecError, load_spec
+from .tritonserver import TritonProcess
 
 
 def prepare_repository(spec_path: Path, spec, repository: str | None) -> Path:

@@ -4,7 +4,7 @@ In the NGC container `tritonserver` is on PATH. Elsewhere (development, CI) it c
 `nvidia-pytriton` wheel, which ships Triton 2.51 with the Python backend and stubs for several
 Pythons: we copy its server folder somewhere writable, put the stub for the running Python into
 backends/python, and set PATH / LD_LIBRARY_PATH so the stub finds this virtualenv's packages and
-the libpython it was linked against (DESIGN.md §6)."""
+the libpython it was linked against (docs/architecture.md, "Facts")."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .spec import ROOT
+from ..spec import ROOT
 
 LOCAL_COPY = ROOT / "build" / "tritonserver"
 # Only inference, metadata and health through the default HTTP/gRPC APIs; model control, logging

@@ -25,6 +25,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .layers import decoder_layer, logits, rotate
+
 
 def batch_buckets(max_slots: int) -> list[int]:
     sizes = {b for b in (1, 2, 4, 8) if b < max_slots}
@@ -66,8 +68,6 @@ class DecodeGraphs:
         m, cfg, w = self.m, self.m.cfg, self.m.w
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         g = nh // nkv
-        from .llama import _rms_norm  # late: llama imports this module
-
         tokens, positions = self.tokens[:B], self.positions[:B]
         rows = torch.arange(B, device=tokens.device)
         x = F.embedding(tokens, w["embed_tokens.weight"])  # [B, H]
@@ -76,28 +76,21 @@ class DecodeGraphs:
         # [B, 1, 1, kb]: additive mask, 0 where visible
         bias = torch.where(key_pos.view(1, kb) <= positions.view(B, 1), 0.0, float("-inf")).view(B, 1, 1, kb)
         scale = 1.0 / math.sqrt(hd)
-        half = hd // 2
-        for i in range(cfg.num_layers):
-            p = f"layers.{i}."
-            h = _rms_norm(x, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
-            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
-            q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-            q, k, v = q.view(B, nh, hd), k.view(B, nkv, hd), v.view(B, nkv, hd)
-            q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
-            k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
+
+        def attend(i, q, k, v):
+            q = rotate(q.view(B, nh, hd), cos, sin)
+            k = rotate(k.view(B, nkv, hd), cos, sin)
             m.k_cache[i][rows, :, positions] = k
-            m.v_cache[i][rows, :, positions] = v
+            m.v_cache[i][rows, :, positions] = v.view(B, nkv, hd)
             keys = m.k_cache[i][:B, :, :kb]  # views [B, nkv, kb, hd]
             values = m.v_cache[i][:B, :, :kb]
             scores = torch.matmul(q.view(B, nkv, g, hd), keys.transpose(-1, -2)).float() * scale + bias
             probs = torch.softmax(scores, dim=-1).to(values.dtype)
-            a = torch.matmul(probs, values).reshape(B, nh * hd)  # [B, nkv, g, hd] -> [B, nh*hd]
-            x = x + F.linear(a, w[p + "self_attn.o_proj.weight"])
-            h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
-            gate, up = F.linear(h, w[p + "gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])
-        x = _rms_norm(x, w["norm.weight"], cfg.rms_norm_eps)
-        return F.linear(x, w["lm_head.weight"]).float()
+            return torch.matmul(probs, values).reshape(B, nh * hd)  # [B, nkv, g, hd] -> [B, nh*hd]
+
+        for i in range(cfg.num_layers):
+            x = decoder_layer(x, w, i, cfg, attend)
+        return logits(x, w, cfg)
 
     @torch.inference_mode()
     def _capture_all(self) -> None:

@@ -10,76 +10,25 @@ so a burst of long prompts cannot stall running streams for long."""
 from __future__ import annotations
 
 import heapq
-import itertools
 import secrets
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from ..stop_words import StopMatcher
+from ..errors import EngineBusy
+from ..finish import FinishReason
+from ..text.stop_words import StopMatcher
 from .llama import LlamaModel
-from .sampling import SamplingParams, sample
-
-# (sequence, new token ids, their log-probs, finished, finish reason or None)
-OutputCallback = Callable[["Sequence", list[int], list[float], bool, "str | None"], None]
-
-
-@dataclass(eq=False)
-class Sequence:
-    prompt: list[int]
-    params: SamplingParams
-    on_output: OutputCallback
-    is_cancelled: Callable[[], bool] = lambda: False
-    streaming: bool = True
-    id: int = field(default_factory=itertools.count().__next__)
-    generated: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    slot: int = -1
-    emitted: int = 0  # tokens of `generated` already handed to on_output
-    keep: int | None = None  # set when a stop word ends the sequence: tokens to output
-    finish_reason: str | None = None
-    stop: StopMatcher | None = None
-    generator: torch.Generator | None = None
-    arrival: float = field(default_factory=time.monotonic)
-    deadline: float = float("inf")  # monotonic time after which the request is cancelled
-    first_token_at: float | None = None
-    last_emit_at: float = float("-inf")
-
-    @property
-    def position(self) -> int:  # position of the next token to feed
-        return len(self.prompt) + len(self.generated) - 1
-
-
-@dataclass
-class EngineStats:
-    running: int = 0
-    waiting: int = 0
-    steps: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    finished: int = 0
-    cancelled: int = 0
-    timed_out: int = 0
-    rejected: int = 0
-    last_batch_size: int = 0
-    max_batch_size_seen: int = 0
-    batched_steps: int = 0  # decode steps that carried more than one sequence
-    kv_cache_used_tokens: int = 0
-    kv_cache_capacity_tokens: int = 0
-
-
-class EngineBusy(RuntimeError):
-    """The waiting queue is full: the request is refused at once instead of queueing forever."""
+from .sampling import sample
+from .sequence import EngineStats, Sequence
 
 
 class Engine:
-    def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int = 2048,
-                 skip_special_tokens: bool = True, max_waiting: int = 256, request_timeout_s: float = float("inf"),
-                 stream_interval_s: float = 0.0):
+    def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int, skip_special_tokens: bool,
+                 max_waiting: int, request_timeout_s: float, stream_interval_s: float):
+        """Every knob comes from the spec (pipeline/options.EngineOptions); none is defaulted here."""
         self.model = model
         self.stream_interval_s = stream_interval_s
         self.max_waiting = max_waiting
@@ -135,7 +84,7 @@ class Engine:
                 self.step()
             except Exception as e:  # never die silently: fail every request in flight, keep serving
                 for seq in list(self.running) + list(self.waiting):
-                    self._finish(seq, f"error: {e}")
+                    self._finish(seq, FinishReason.ERROR, str(e))
                 self.running.clear()
                 self.waiting.clear()
 
@@ -202,24 +151,23 @@ class Engine:
                     (tok,), (lp,) = sample(logits[i:i + 1], [s.params], [s.prompt], [s.generated], [s.generator])
                     picked.append((s, tok, lp))
                 except Exception as e:
-                    self._finish(s, f"error: sampling failed: {e}")
+                    self._finish(s, FinishReason.ERROR, f"sampling failed: {e}")
             return picked
 
     def _accept(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         now = time.monotonic()
         for seq, tok, lp in self._sample(seqs, logits):
-            seq.first_token_at = seq.first_token_at or now
             self.stats.generated_tokens += 1
             p = seq.params
             if tok in p.end_ids and len(seq.generated) >= p.min_tokens:
-                seq.finish_reason = "stop"  # the end token itself is not part of the output
+                seq.finish_reason = FinishReason.STOP  # the end token itself is not part of the output
             else:
                 seq.generated.append(tok)
                 seq.logprobs.append(lp)
                 if seq.stop is not None and (keep := seq.stop.push(tok)) is not None:
-                    seq.keep, seq.finish_reason = keep, "stop_word"
+                    seq.keep, seq.finish_reason = keep, FinishReason.STOP_WORD
                 elif len(seq.generated) >= p.max_new_tokens:
-                    seq.finish_reason = "length"
+                    seq.finish_reason = FinishReason.LENGTH
             if seq.finish_reason:
                 self._finish(seq, seq.finish_reason)
             elif seq.streaming and now - seq.last_emit_at >= self.stream_interval_s:
@@ -229,8 +177,8 @@ class Engine:
                     self._emit(seq, seq.generated[seq.emitted:safe], seq.logprobs[seq.emitted:safe], False, None)
                     seq.emitted = safe
 
-    def _finish(self, seq: Sequence, reason: str) -> None:
-        seq.finish_reason = reason
+    def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
+        seq.finish_reason, seq.error = reason, error
         end = seq.keep if seq.keep is not None else len(seq.generated)
         end = max(end, seq.emitted)
         self._emit(seq, seq.generated[seq.emitted:end], seq.logprobs[seq.emitted:end], True, reason)
@@ -238,7 +186,8 @@ class Engine:
         self._release(seq)
         self.stats.finished += 1
 
-    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason) -> None:
+    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
+              reason: FinishReason | None) -> None:
         """Hand tokens to the request's callback. A callback that fails (its client is gone, the
         response cannot be sent) only ends that request, never the batch or the engine thread."""
         try:
@@ -258,8 +207,9 @@ class Engine:
         """Free the slots of requests whose client went away or whose time is up."""
         now = time.monotonic()
 
-        def reason(s: Sequence) -> str | None:
-            return "cancelled" if s.is_cancelled() else "timeout" if now > s.deadline else None
+        def reason(s: Sequence) -> FinishReason | None:
+            return (FinishReason.CANCELLED if s.is_cancelled() else
+                    FinishReason.TIMEOUT if now > s.deadline else None)
 
         with self._cv:
             dropped = [(s, r) for s in self.waiting if (r := reason(s))]
@@ -267,7 +217,7 @@ class Engine:
                 self.waiting.remove(s)
         dropped += [(s, r) for s in list(self.running) if (r := reason(s))]
         for seq, why in dropped:
-            if why == "cancelled":
+            if why is FinishReason.CANCELLED:
                 self.stats.cancelled += 1
             else:
                 self.stats.timed_out += 1

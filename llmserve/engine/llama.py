@@ -11,7 +11,6 @@ the Hugging Face safetensors checkpoint; outputs match transformers' greedy outp
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from .cuda_graphs import DecodeGraphs
+from .layers import decoder_layer, logits, rotate
 
 SUPPORTED = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 
@@ -63,20 +62,6 @@ class LlamaConfig:
         )
 
 
-def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    dtype = x.dtype
-    x = x.float()
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return w * x.to(dtype)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [B, H, S, D]; cos/sin: [B, 1, S, D]  (rotate-half convention, as transformers' Llama)
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
 class LlamaModel:
     """Weights as plain tensors; no nn.Module machinery is needed for inference."""
 
@@ -97,10 +82,9 @@ class LlamaModel:
         shape = (cfg.num_layers, max_slots, cfg.num_kv_heads, max_seq_len + 1, cfg.head_dim)
         self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
         self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
-        # Decode steps replay CUDA graphs on a GPU (LLMSERVE_CUDA_GRAPHS=0 turns them off).
-        self.graphs: DecodeGraphs | None = None
-        if device.type == "cuda" and os.environ.get("LLMSERVE_CUDA_GRAPHS", "1") != "0":
-            self.graphs = DecodeGraphs(self)
+        # Decode steps replay CUDA graphs when whoever builds the model attaches them
+        # (engine/loader.py: a cuda_graphs.DecodeGraphs with a .decode(tokens, slots, positions, kv_len)).
+        self.graphs = None
 
     def kv_cache_bytes(self) -> int:
         return 2 * self.k_cache.numel() * self.k_cache.element_size()
@@ -145,13 +129,10 @@ class LlamaModel:
         key_pos = torch.arange(kv_len, device=tokens.device)
         mask = (key_pos.view(1, 1, 1, kv_len) <= positions.view(B, 1, S, 1))
         rows = slots.view(B, 1).expand(B, S)
-        for i in range(cfg.num_layers):
-            p = f"layers.{i}."
-            h = _rms_norm(x, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
-            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
-            q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-            q = _rotate(q.view(B, S, nh, hd).transpose(1, 2), cos, sin)
-            k = _rotate(k.view(B, S, nkv, hd).transpose(1, 2), cos, sin)
+
+        def attend(i, q, k, v):
+            q = rotate(q.view(B, S, nh, hd).transpose(1, 2), cos, sin)
+            k = rotate(k.view(B, S, nkv, hd).transpose(1, 2), cos, sin)
             v = v.view(B, S, nkv, hd).transpose(1, 2)
             # Scatter this step's keys/values into each row's slot at its positions.
             self.k_cache[i][rows, :, positions] = k.transpose(1, 2)
@@ -159,13 +140,12 @@ class LlamaModel:
             keys = self.k_cache[i][slots, :, :kv_len]
             values = self.v_cache[i][slots, :, :kv_len]
             a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=nh != nkv)
-            x = x + F.linear(a.transpose(1, 2).reshape(B, S, nh * hd), w[p + "self_attn.o_proj.weight"])
-            h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
-            gate, up = F.linear(h, w[p + "gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])
+            return a.transpose(1, 2).reshape(B, S, nh * hd)
+
+        for i in range(cfg.num_layers):
+            x = decoder_layer(x, w, i, cfg, attend)
         x = x[torch.arange(B, device=x.device), last] if last is not None else x[:, -1]
-        x = _rms_norm(x, w["norm.weight"], cfg.rms_norm_eps)
-        return F.linear(x, w["lm_head.weight"]).float()
+        return logits(x, w, cfg)
 
 
 def pick_device(name: str) -> torch.device:

@@ -3,69 +3,33 @@ turns engine callbacks into token-level output tensors. Triton-free: the adapter
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import torch
 
-from .contract import CONTEXT_TOKENS
-from .engine.engine import Engine, Sequence
-from .engine.llama import LlamaModel, pick_device, pick_dtype
-from .engine_request import EngineRequest, parse_engine_request
-from .inputs import Reader
-from .tokenizer import load_fast
+from ..contract import CONTEXT_TOKENS
+from ..engine.engine import Engine
+from ..engine.loader import load_model
+from ..engine.sequence import Sequence
+from ..finish import FinishReason
+from ..request.reader import Reader
+from ..request.token_request import EngineRequest, parse_engine_request
+from ..text.tokenizer import load_fast
+from .options import EngineOptions
 
-# send(outputs or None, final, error message or None)
-Send = Callable[["dict[str, np.ndarray] | None", bool, "str | None"], None]
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    checkpoint_dir: str
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int = 0
-    max_batch_size: int = 8
-    max_input_len: int = 1024
-    max_output_len: int = 512
-    exclude_input_in_output: bool = True
-    cuda_graphs: bool = True
-    max_queue_size: int = 256
-    request_timeout_s: float = 600.0
-    stream_interval_ms: float = 0.0
-
-
-def _bool(v: str) -> bool:
-    return str(v).lower() in ("1", "true", "yes")
-
-
-def options_from_params(params: dict[str, str], resolve) -> EngineOptions:
-    return EngineOptions(
-        checkpoint_dir=resolve(params["checkpoint_dir"]), device=params.get("device", "auto"),
-        dtype=params.get("dtype", "auto"), threads=int(params.get("threads", 0)),
-        max_batch_size=int(params["max_batch_size"]), max_input_len=int(params["max_input_len"]),
-        max_output_len=int(params["max_output_len"]),
-        exclude_input_in_output=_bool(params.get("exclude_input_in_output", "true")),
-        cuda_graphs=_bool(params.get("cuda_graphs", "true")),
-        max_queue_size=int(params.get("max_queue_size", 256)),
-        request_timeout_s=float(params.get("request_timeout_s", 600)),
-        stream_interval_ms=float(params.get("stream_interval_ms", 0)),
-    )
+# send(outputs or None, final, finish reason when the request failed or None, message or None)
+Send = Callable[["dict[str, np.ndarray] | None", bool, "FinishReason | None", "str | None"], None]
 
 
 class EngineService:
     def __init__(self, opts: EngineOptions):
-        if opts.threads:
-            torch.set_num_threads(opts.threads)
-        device = pick_device(opts.device)
         self.opts = opts
         self.tokenizer = load_fast(opts.checkpoint_dir)
-        self.model = LlamaModel(opts.checkpoint_dir, device, pick_dtype(opts.dtype, device),
-                                opts.max_batch_size, opts.max_input_len + opts.max_output_len)
-        if not opts.cuda_graphs:
-            self.model.graphs = None  # engine.torch.cuda_graphs: false
-        self.engine = Engine(self.model, self.tokenizer, max_waiting=opts.max_queue_size,
+        self.model = load_model(opts.checkpoint_dir, device=opts.device, dtype=opts.dtype,
+                                max_slots=opts.max_batch_size, max_seq_len=opts.max_input_len + opts.max_output_len,
+                                cuda_graphs=opts.cuda_graphs, threads=opts.threads)
+        self.engine = Engine(self.model, self.tokenizer, prefill_token_budget=opts.prefill_token_budget,
+                             skip_special_tokens=opts.skip_special_tokens, max_waiting=opts.max_queue_size,
                              request_timeout_s=opts.request_timeout_s,
                              stream_interval_s=opts.stream_interval_ms / 1000)
         self.engine.start()
@@ -82,17 +46,18 @@ class EngineService:
         out: list[int] = []  # every token this request has output so far
         cum = [0.0]
 
-        def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason):
-            if reason == "cancelled":
-                return send(None, True, "cancelled")
-            if reason == "timeout":
-                return send(None, True, f"timeout: request exceeded serving.request_timeout_s "
-                                        f"({self.opts.request_timeout_s:g} s) and was cancelled")
-            if reason and reason.startswith("error"):
-                return send(None, True, reason)
+        def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
+                      reason: FinishReason | None):
+            if reason is FinishReason.CANCELLED:
+                return send(None, True, reason, "cancelled")
+            if reason is FinishReason.TIMEOUT:
+                return send(None, True, reason, f"timeout: request exceeded serving.request_timeout_s "
+                                                f"({self.opts.request_timeout_s:g} s) and was cancelled")
+            if reason is FinishReason.ERROR:
+                return send(None, True, reason, f"error: {seq.error}")
             prefix = req.prompt if (not out and not req.exclude_input_in_output) else []
             if not tokens and not prefix and req.streaming and (out or not finished):
-                return send(None, True, None) if finished else None  # just close the stream
+                return send(None, True, None, None) if finished else None  # just close the stream
             # (a stream that ends before any token still gets one, empty, text_output)
             context = out[-CONTEXT_TOKENS:]
             new = prefix + tokens
@@ -103,7 +68,7 @@ class EngineService:
                   "cum_log_probs": np.array([[cum[0]]], dtype=np.float32),
                   "output_log_probs": np.array([[[0.0] * len(prefix) + logprobs]], dtype=np.float32),
                   "output_context_ids": np.array([[context]], dtype=np.int32)},
-                 finished, None)
+                 finished, None, None)
 
         seq = Sequence(prompt=req.prompt, params=req.params, on_output=on_output, is_cancelled=is_cancelled,
                        streaming=req.streaming)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from .engine.engine import Engine
+from ..engine.engine import Engine
 
 GAUGES = {
     "llmserve_requests_running": ("Sequences generating in the engine now", lambda s: s.running),
@@ -24,6 +24,8 @@ COUNTERS = {
     "llmserve_batched_decode_steps_total": ("Decode steps that carried more than one sequence", lambda s: s.batched_steps),
     "llmserve_requests_finished_total": ("Requests finished", lambda s: s.finished),
     "llmserve_requests_cancelled_total": ("Requests cancelled by the client", lambda s: s.cancelled),
+    "llmserve_requests_timed_out_total": ("Requests cancelled by serving.request_timeout_s", lambda s: s.timed_out),
+    "llmserve_requests_rejected_total": ("Requests refused because the engine queue was full", lambda s: s.rejected),
 }
 
 

@@ -6,22 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import RequestError
-from .inputs import Reader, check, one, text, words
-from .sampling_inputs import CLIENT_NAMES, read_sampling
-from .tokenizer import load_hf_tokenizer
-from .word_lists import to_word_list
-
-
-@dataclass(frozen=True)
-class PreprocessOptions:
-    tokenizer_dir: str
-    apply_chat_template: bool = True
-    add_special_tokens: bool = False
-    max_input_len: int = 1024
-    max_output_len: int = 512
-    max_beam_width: int = 1
-    trust_remote_code: bool = False
+from ..errors import RequestError
+from ..request.reader import Reader, check, one, text, words
+from ..request.sampling import CLIENT_NAMES, read_sampling
+from ..request.word_lists import to_word_list
+from ..text.tokenizer import load_hf_tokenizer
+from .options import PreprocessOptions
 
 
 @dataclass

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from .errors import RequestError
+from ..errors import EngineBusy, RequestError
 
 
 def parameters(args: dict) -> dict[str, str]:
@@ -30,8 +30,6 @@ def tensors(pb, outputs: dict[str, np.ndarray]) -> list:
 def error_response(pb, error: Exception):
     """RequestError -> INVALID_ARG (HTTP 400 / gRPC INVALID_ARGUMENT); a full engine queue ->
     UNAVAILABLE (HTTP 503 / gRPC UNAVAILABLE, "server busy"); anything else -> INTERNAL."""
-    from .engine.engine import EngineBusy
-
     code = (pb.TritonError.INVALID_ARG if isinstance(error, RequestError) else
             pb.TritonError.UNAVAILABLE if isinstance(error, EngineBusy) else pb.TritonError.INTERNAL)
     return pb.InferenceResponse(error=pb.TritonError(str(error), code))

@@ -1,4 +1,6 @@
-"""Write a model repository from a spec, or check that a committed one matches it."""
+"""Write a model repository from a spec, or check that a committed one matches it. Picks the
+renderer of each model: the Python models and the ensemble (python_models.py) and, for
+engine.kind tensorrtllm, the C++ backend's config (trtllm/config.py)."""
 
 from __future__ import annotations
 
@@ -7,20 +9,43 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import render
-from .spec import ROOT, Spec
+from tritonclient.grpc import model_config_pb2 as mc
+
+from .. import contract as C
+from ..pbtxt import HEADER, parse_pbtxt, to_pbtxt
+from ..spec import ROOT, Spec
+from ..trtllm.config import tensorrtllm_engine
+from . import python_models as render
 
 KEEP = ".gitkeep"  # keeps the empty version folder of ensemble / C++ models in git
 
 
-def write_repository(spec: Spec, spec_name: str, out: Path) -> list[Path]:
-    """Render every model into `out` (created if missing) and return the files written. Each config is
-    parsed back with the model_config protobuf before it is written."""
-    out = out.resolve()
+def repository(spec: Spec, repo_dir: Path) -> dict[str, tuple[mc.ModelConfig, str]]:
+    """model name -> (config, source file in triton_models/ to copy as 1/model.py, or '')."""
+    models = {
+        C.PREPROCESSING: (render.preprocessing(spec, repo_dir), "preprocessing.py"),
+        C.POSTPROCESSING: (render.postprocessing(spec, repo_dir), "postprocessing.py"),
+        C.ENSEMBLE: (render.ensemble(spec), ""),
+    }
+    if spec.engine.kind == "torch":
+        models[C.ENGINE] = (render.torch_engine(spec, repo_dir), "tensorrt_llm.py")
+    else:  # the production path: Triton's C++ TensorRT-LLM backend (docs/tensorrtllm.md)
+        models[C.ENGINE] = (tensorrtllm_engine(spec, repo_dir), "")
+    if spec.serving.streaming and spec.serving.unary_twins:
+        for target, ins, outs in ((C.ENSEMBLE, C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS),
+                                  (C.ENGINE, C.ENGINE_INPUTS, render.engine_outputs(spec))):
+            models[target + C.UNARY_SUFFIX] = (render.unary_twin(spec, target, ins, outs), "unary.py")
+    return models
+
+
+def _render(spec: Spec, spec_name: str, repo_dir: Path, out: Path) -> list[Path]:
+    """Write every model of the spec into `out`, with paths relative to `repo_dir` (where the
+    repository will live). Each config is parsed back with the model_config protobuf first, so
+    nothing Triton could not parse is ever written. Returns the files written."""
     written = []
-    for name, (cfg, source) in render.repository(spec, out).items():
-        text = render.to_pbtxt(cfg, spec_name)
-        render.parse_pbtxt(text)  # refuse to write anything Triton could not parse
+    for name, (cfg, source) in repository(spec, repo_dir).items():
+        text = to_pbtxt(cfg, spec_name)
+        parse_pbtxt(text)
         version_dir = out / name / "1"
         version_dir.mkdir(parents=True, exist_ok=True)
         (out / name / "config.pbtxt").write_text(text)
@@ -34,6 +59,24 @@ def write_repository(spec: Spec, spec_name: str, out: Path) -> list[Path]:
     return written
 
 
+def _generated_models(root: Path) -> set[str]:
+    """Model folders under `root` whose config this generator wrote (others are left alone)."""
+    stamp = HEADER.split("{")[0]
+    return {c.parent.name for c in root.glob("*/config.pbtxt") if c.read_text().startswith(stamp)}
+
+
+def write_repository(spec: Spec, spec_name: str, out: Path) -> list[Path]:
+    """Render every model into `out` (created if missing) and return the files written. Models an
+    earlier run generated that the spec no longer has (say the twins after unary_twins: false) are
+    removed, or tritonserver would still load them."""
+    out = out.resolve()
+    written = _render(spec, spec_name, out, out)
+    keep = {p.relative_to(out).parts[0] for p in written}
+    for stale in _generated_models(out) - keep:
+        shutil.rmtree(out / stale)
+    return written
+
+
 def _files(root: Path) -> set[Path]:
     return {p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
@@ -44,14 +87,7 @@ def check_repository(spec: Spec, spec_name: str, committed: Path) -> list[str]:
     committed = committed.resolve()
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / committed.name
-        # Render with paths relative to the committed location, then write into the temp dir.
-        for name, (cfg, source) in render.repository(spec, committed).items():
-            (fresh / name / "1").mkdir(parents=True, exist_ok=True)
-            (fresh / name / "config.pbtxt").write_text(render.to_pbtxt(cfg, spec_name))
-            if source:
-                shutil.copyfile(render.MODEL_SOURCES / source, fresh / name / "1" / "model.py")
-            else:
-                (fresh / name / "1" / KEEP).write_text("")
+        _render(spec, spec_name, committed, fresh)
         have, want = _files(committed) if committed.exists() else set(), _files(fresh)
         problems = [f"missing: {p}" for p in sorted(want - have)]
         problems += [f"not generated by the spec: {p}" for p in sorted(have - want)]

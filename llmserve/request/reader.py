@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import RequestError
+from ..errors import RequestError
 
 Reader = Callable[[str], "np.ndarray | None"]
 

@@ -3,7 +3,7 @@ model runtime_top_k / runtime_top_p (upstream names); `names` maps one onto the 
 
 from __future__ import annotations
 
-from .inputs import Reader, check, one
+from .reader import Reader, check, one
 
 CLIENT_NAMES = {"top_k": "top_k", "top_p": "top_p"}
 ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p"}

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine.sampling import SamplingParams
-from .errors import RequestError
-from .inputs import Reader, check, one
-from .sampling_inputs import ENGINE_NAMES, read_sampling
+from ..engine.sampling import SamplingParams
+from ..errors import RequestError
+from .reader import Reader, check, one
+from .sampling import ENGINE_NAMES, read_sampling
 from .word_lists import from_word_list
 
 

@@ -7,16 +7,11 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from .ha_spec import HighAvailability
-from .trtllm_spec import TensorRTLLMEngine
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from .base import SpecError, Strict, resolve
+from .ha import HighAvailability
+from .trtllm import TensorRTLLMEngine
 
 
 class ModelSource(Strict):
@@ -92,6 +87,9 @@ class TorchEngine(Strict):
     """torch CPU threads per instance; 0 lets torch decide."""
     cuda_graphs: bool = True
     """Capture decode steps in CUDA graphs on GPUs (ignored on CPU)."""
+    prefill_token_budget: int = Field(default=2048, ge=1)
+    """Most prompt tokens prefilled in one engine step (beyond the first admitted request), so a
+    burst of long prompts cannot stall the running streams for long."""
     stream_interval_ms: float = Field(default=0, ge=0)
     """A stream gets at most one response per interval; tokens generated in between travel together
     (exactly detokenized all the same). 0 sends every token. On a fast GPU, a response per token per
@@ -156,15 +154,6 @@ class Spec(Strict):
 
     def checkpoint_path(self) -> Path:
         return resolve(self.model.checkpoint_dir)
-
-
-def resolve(path: str) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else ROOT / p
-
-
-class SpecError(ValueError):
-    pass
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -1,7 +1,7 @@
 """Spec section for several Triton servers behind HAProxy (`ha:` in a spec).
 
-Everything HAProxy and the cluster launcher need comes from here (llmserve/haproxy.py renders
-haproxy.cfg from it; llmserve/cluster.py starts the servers on the ports it names). Defaults suit
+Everything HAProxy and the cluster launcher need comes from here (llmserve/deploy/haproxy.py renders
+haproxy.cfg from it; llmserve/deploy/cluster.py starts the servers on the ports it names). Defaults suit
 the local cluster (`scripts/serve.sh --replicas N`): HAProxy on the standard Triton ports, the
 replicas on ports above them."""
 
@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from .base import Strict
 
 
 class HealthCheck(Strict):
@@ -55,7 +53,7 @@ class HighAvailability(Strict):
     stats_port: int = 8404
     """Stats page (/) and Prometheus metrics (/metrics) of HAProxy itself."""
     stats_socket: str = "build/haproxy/haproxy.sock"
-    """Runtime API (admin level) used by `llmserve.cluster rolling-restart`; relative to the project root."""
+    """Runtime API (admin level) used by `llmserve.deploy.cluster rolling-restart`; relative to the project root."""
     check: HealthCheck = HealthCheck()
     balance: str = "leastconn"
     server_maxconn: int = Field(default=32, ge=1)

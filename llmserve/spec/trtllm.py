@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from .base import Strict, resolve
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TutorialInstanceGroup(_Strict):
+class TutorialInstanceGroup(Strict):
     """An `instance_group` written the way Triton tutorials write it, e.g.
     `{count: 2, kind: KIND_GPU, gpus: [0]}`. The tensorrtllm backend ignores KIND_GPU and `gpus`
     (placement comes from `gpu_device_ids`), so the generator translates this into
@@ -30,7 +28,7 @@ class TutorialInstanceGroup(_Strict):
     tp_size*pp_size > 1, consecutive groups of tp_size*pp_size GPUs form one instance's set."""
 
 
-class TensorRTLLMEngine(_Strict):
+class TensorRTLLMEngine(Strict):
     # --- build (trtllm-build / checkpoint conversion) ------------------------------------------
     dtype: Literal["float16", "bfloat16", "float32"] = "float16"
     """Weights and activations; also the GPT attention / GEMM plugin dtype. float16 runs on every
@@ -126,15 +124,11 @@ class TensorRTLLMEngine(_Strict):
 
 def engine_dir(spec):
     """The engine directory of a spec (engine.tensorrtllm.engine_dir or the default)."""
-    from .spec import resolve  # spec.py imports this module
-
     t = spec.engine.tensorrtllm
     return resolve(t.engine_dir or f"build/trtllm/{spec.name}/engine")
 
 
 def trtllm_checkpoint_dir(spec):
-    from .spec import resolve
-
     t = spec.engine.tensorrtllm
     return resolve(t.trtllm_checkpoint_dir or f"build/trtllm/{spec.name}/checkpoint")
 

@@ -13,7 +13,7 @@ where visible() decodes and drops a trailing incomplete character (U+FFFD from b
 waiting for the rest of their character). Non-streamed output is visible(all tokens). The sum of
 the chunks therefore equals the non-streamed text byte for byte, including a generation cut in
 the middle of a character (both drop the incomplete bytes). The engine's stop-word matcher, which
-does keep state per request, uses DecodeStream (llmserve/stop_words.py)."""
+does keep state per request, uses DecodeStream (llmserve/text/stop_words.py)."""
 
 from __future__ import annotations
 

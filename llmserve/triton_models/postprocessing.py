@@ -1,18 +1,19 @@
-"""postprocessing: exact detokenization of whole outputs and of streamed chunks (llmserve.detokenize)."""
+"""postprocessing: exact detokenization of whole outputs and of streamed chunks (llmserve.text.detokenize)."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from llmserve.detokenize import Detokenizer
-from llmserve.tokenizer import load_fast, resolve_dir
-from llmserve.triton_glue import error_response, parameters, reader
+from llmserve.pipeline.options import PostprocessOptions
+from llmserve.pipeline.triton_glue import error_response, parameters, reader
+from llmserve.text.detokenize import Detokenizer
+from llmserve.text.tokenizer import load_fast, resolve_dir
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        p = parameters(args)
-        tok = load_fast(resolve_dir(p["tokenizer_dir"], args["model_repository"]))
-        self.detok = Detokenizer(tok, skip_special_tokens=p["skip_special_tokens"] in ("1", "true", "yes"))
+        repo = args["model_repository"]
+        opts = PostprocessOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo))
+        self.detok = Detokenizer(load_fast(opts.tokenizer_dir), skip_special_tokens=opts.skip_special_tokens)
 
     def execute(self, requests):
         responses = []

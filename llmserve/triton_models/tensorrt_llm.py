@@ -7,18 +7,27 @@ import threading
 
 import triton_python_backend_utils as pb_utils
 
-from llmserve.engine.engine import EngineBusy
-from llmserve.engine_service import EngineService, options_from_params
-from llmserve.metrics import EngineMetrics
-from llmserve.tokenizer import resolve_dir
-from llmserve.triton_glue import error_response, parameters, reader, tensors
+from llmserve.errors import EngineBusy
+from llmserve.finish import FinishReason
+from llmserve.pipeline.engine_service import EngineService
+from llmserve.pipeline.metrics import EngineMetrics
+from llmserve.pipeline.options import EngineOptions
+from llmserve.pipeline.triton_glue import error_response, parameters, reader, tensors
+from llmserve.text.tokenizer import resolve_dir
+
+
+def error_code(failure: FinishReason):
+    """How a request the engine could not finish is answered. (A function: pb_utils.TritonError
+    does not exist yet while Triton imports this file to auto-complete the config.)"""
+    return {FinishReason.CANCELLED: pb_utils.TritonError.CANCELLED,
+            FinishReason.TIMEOUT: pb_utils.TritonError.UNAVAILABLE}.get(failure, pb_utils.TritonError.INTERNAL)
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = parameters(args)
+        repo = args["model_repository"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
-        self.service = EngineService(options_from_params(params, lambda p: resolve_dir(p, args["model_repository"])))
+        self.service = EngineService(EngineOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo)))
         self.metrics = EngineMetrics(pb_utils, self.service.engine, labels={"model": args["model_name"]})
 
     def execute(self, requests):
@@ -34,12 +43,11 @@ class TritonPythonModel:
         return None
 
     def _sender(self, sender):
-        def send(outputs, final, error):
+        def send(outputs, final, failure, message):
             flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
-            if error is not None:
-                code = (pb_utils.TritonError.CANCELLED if error == "cancelled" else
-                        pb_utils.TritonError.UNAVAILABLE if error.startswith("timeout") else pb_utils.TritonError.INTERNAL)
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error, code)), flags=flags)
+            if failure is not None:
+                code = error_code(failure)
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code)), flags=flags)
             elif outputs is None:
                 sender.send(flags=flags)
             else:
@@ -60,8 +68,8 @@ class TritonPythonModel:
                 continue
             event = threading.Event()
 
-            def send(outputs, final, error, i=i, event=event):
-                responses[i] = (error_response(pb_utils, RuntimeError(error)) if error else
+            def send(outputs, final, failure, message, i=i, event=event):
+                responses[i] = (error_response(pb_utils, RuntimeError(message)) if failure else
                                 pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs or {})))
                 event.set()
 

@@ -11,7 +11,7 @@ import json
 import triton_python_backend_utils as pb_utils
 
 from llmserve.errors import is_request_error
-from llmserve.triton_glue import parameters
+from llmserve.pipeline.triton_glue import parameters
 
 STREAM_INPUTS = ("stream", "streaming")  # never forwarded: the twin always asks for one answer
 

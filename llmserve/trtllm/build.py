@@ -3,7 +3,7 @@
   1. the Hugging Face checkpoint (llmserve.checkpoint.build_checkpoint),
   2. a TensorRT-LLM checkpoint, through TensorRT-LLM's Python API (`<Model>.from_hugging_face(...)`
      then `save_checkpoint`, one rank at a time: what the per-architecture convert_checkpoint.py
-     scripts do) run as `python -m llmserve.trtllm_build convert ...`,
+     scripts do) run as `python -m llmserve.trtllm.build convert ...`,
   3. `trtllm-build` with the flags in-flight batching needs (GPT attention plugin, packed input,
      paged KV cache; use_paged_context_fmha for KV reuse / chunked context),
   4. a build manifest next to the engine (llmserve-build.json: spec hash, TensorRT-LLM version,
@@ -25,9 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from .spec import ROOT, Spec
-from .trtllm_placement import ModelShape
-from .trtllm_spec import engine_dir, max_num_tokens, trtllm_checkpoint_dir
+from ..checkpoint import build_checkpoint, is_built
+from ..spec import ROOT, Spec
+from ..spec.trtllm import engine_dir, max_num_tokens, trtllm_checkpoint_dir
+from .config import model_shape
+from .placement import ModelShape
 
 MANIFEST = "llmserve-build.json"
 CONVERTED = "llmserve-convert.json"  # written last into the TensorRT-LLM checkpoint
@@ -114,7 +116,7 @@ def build_flags(spec: Spec) -> dict[str, str]:
 def commands(spec: Spec) -> dict[str, list[str]]:
     t = spec.engine.tensorrtllm
     out = engine_dir(spec)
-    convert = [sys.executable, "-m", "llmserve.trtllm_build", "convert",
+    convert = [sys.executable, "-m", "llmserve.trtllm.build", "convert",
                *convert_args(spec.checkpoint_path(), trtllm_checkpoint_dir(spec), t.dtype, t.tp_size, t.pp_size)]
     build = ["trtllm-build", "--checkpoint_dir", str(trtllm_checkpoint_dir(spec)),
              "--output_dir", str(partial(out))]
@@ -165,9 +167,6 @@ def _run(cmd: list[str]) -> None:
 # --- entry point (scripts/build_engine.py) -------------------------------------------------------
 
 def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: bool = False) -> int:
-    from .checkpoint import build_checkpoint, is_built
-    from .trtllm_config import model_shape
-
     t = spec.engine.tensorrtllm
     ckpt, tllm, out = spec.checkpoint_path(), trtllm_checkpoint_dir(spec), engine_dir(spec)
     shape = model_shape(spec, None)  # the checkpoint's config.json, else GGUF metadata

@@ -2,11 +2,11 @@
 
 Same token-level contract as the torch engine (contract.ENGINE_INPUTS / ENGINE_OUTPUTS). Build-time
 limits come from the built engine's config.json when it exists, else from the spec's declared build.
-Multi-instance follows what the backend really supports (DESIGN.md §5): KIND_CPU count N plus
+Multi-instance follows what the backend really supports (docs/tensorrtllm.md): KIND_CPU count N plus
 gpu_device_ids sets, orchestrator mode, and an explicit per-instance KV cap for shared GPUs.
 Combinations that cannot work raise ValueError with the reason (tools/generate.py prints it).
 
-    python -m llmserve.trtllm_config launch-env --repo model_repository   # used by docker/launch.sh
+    python -m llmserve.trtllm.config launch-env --repo model_repository   # used by docker/launch.sh
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from . import contract as C
-from . import trtllm_placement as P
-from .render import _dynamic_batching, _io, _params, _rel
-from .spec import ROOT, Spec, resolve
-from .trtllm_spec import engine_dir, max_num_tokens
+from .. import contract as C
+from ..checkpoint import package_dir
+from ..pbtxt import dynamic_batching, io, params, rel
+from ..spec import ROOT, Spec, resolve
+from ..spec.trtllm import engine_dir, max_num_tokens
+from . import placement as P
 
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 ORCHESTRATOR_PARAM = "llmserve_orchestrator_mode"
@@ -49,8 +50,6 @@ def read_engine_config(path: Path) -> dict | None:
 
 
 def _gguf_shape(spec: Spec) -> P.ModelShape | None:
-    from .checkpoint import package_dir
-
     src = spec.model.source
     try:
         path = package_dir(src.package) / src.file
@@ -289,14 +288,14 @@ def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
         name=C.ENGINE,
         backend="tensorrtllm",
         max_batch_size=lim.max_batch_size,
-        input=_io(C.ENGINE_INPUTS, mc.ModelInput),
-        output=_io(C.ENGINE_OUTPUTS, mc.ModelOutput),
-        # The backend places instances by gpu_device_ids, never by KIND_GPU / gpus (DESIGN.md §5).
+        input=io(C.ENGINE_INPUTS, mc.ModelInput),
+        output=io(C.ENGINE_OUTPUTS, mc.ModelOutput),
+        # The backend places instances by gpu_device_ids, never by KIND_GPU / gpus (docs/tensorrtllm.md).
         instance_group=[mc.ModelInstanceGroup(count=place.instances, kind=mc.ModelInstanceGroup.KIND_CPU)],
         version_policy=mc.ModelVersionPolicy(latest=mc.ModelVersionPolicy.Latest(num_versions=1)),
-        parameters=_params(
+        parameters=params(
             gpt_model_type="inflight_fused_batching",
-            gpt_model_path=_rel(where, repo_dir),
+            gpt_model_path=rel(where, repo_dir),
             max_beam_width=lim.max_beam_width,
             FORCE_CPU_ONLY_INPUT_TENSORS="no",
             batch_scheduler_policy=t.batch_scheduler_policy,
@@ -316,7 +315,7 @@ def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
             **{ORCHESTRATOR_PARAM: place.orchestrator},
         ),
     )
-    cfg.dynamic_batching.CopyFrom(_dynamic_batching(e.queue, lim.max_batch_size))
+    cfg.dynamic_batching.CopyFrom(dynamic_batching(e.queue))
     if spec.serving.streaming:
         # The backend refuses streaming=true unless the model is decoupled.
         cfg.model_transaction_policy.decoupled = True

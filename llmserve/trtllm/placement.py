@@ -1,6 +1,6 @@
 """Pure placement and KV-cache arithmetic for the tensorrtllm backend (no I/O, no TensorRT-LLM).
 
-Facts this encodes (DESIGN.md §5, upstream reference §5):
+Facts this encodes (docs/tensorrtllm.md):
   * The backend ignores instance_group KIND_GPU / gpus. N instances are `KIND_CPU count: N` plus
     `gpu_device_ids` with N ';'-separated sets; instance i takes set i.
   * A single tritonserver process (no mpirun) can drive engines spanning several GPUs, or instances

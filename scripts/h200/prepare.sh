@@ -24,6 +24,6 @@ rm -rf $H/pt $H/whl/nvidia_pytriton-*.whl
 cp build/checkpoints/smollm2-135m-instruct/{tokenizer.json,tokenizer_config.json,chat_template.jinja} $H/tokenizer/
 python3 -c "
 from llmserve.spec import load_spec, ROOT
-from llmserve.generate import write_repository
+from llmserve.repository.writer import write_repository
 write_repository(load_spec(ROOT / 'scripts/h200/bench-1b.yaml'), 'scripts/h200/bench-1b.yaml', ROOT / 'build/h200/model_repository')"
 du -sh $H

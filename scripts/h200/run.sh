@@ -91,8 +91,8 @@ if [[ ,$PHASES, == *,b,* ]]; then
   stamp "(b) variants: no end ids (plain sampling), CUDA graphs"
   $BENCH --targets engine $ENGINE --ignore-eos --concurrency ${CONC_B:-$CONC} --duration $DUR --label "graphs, no end ids" --out $W/b_graphs_noeos
   if [ -n "${EAGER:-}" ]; then
-    stamp "(b) variants: eager (LLMSERVE_CUDA_GRAPHS=0)"
-    LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --ignore-eos --concurrency 1,64 --duration $DUR --label "eager, no end ids" --out $W/b_eager_noeos
+    stamp "(b) variants: eager (--engine-eager)"
+    $BENCH --targets engine $ENGINE --engine-eager --ignore-eos --concurrency 1,64 --duration $DUR --label "eager, no end ids" --out $W/b_eager_noeos
   fi
 fi
 if [[ ,$PHASES, == *,a,* ]]; then

@@ -3,7 +3,7 @@
 #   stub_venv.sh PYTHON NUMPY_WHEEL DEST
 # Triton 2.51's stub (pybind11 numpy bindings) corrupts BYTES tensors under numpy 2: the first string
 # request dies in deserialize_bytes_tensor ("unpack_from requires a buffer of at least 3907578092 bytes").
-# The stub ignores PYTHONPATH; it takes its packages from the first python on PATH (llmserve/server.py puts
+# The stub ignores PYTHONPATH; it takes its packages from the first python on PATH (llmserve/deploy/tritonserver.py puts
 # the directory of the python that starts tritonserver first). So: a venv with numpy 1.26.4 in its own
 # site-packages, then PYTHON's site directories appended by a .pth (torch, transformers... stay the
 # machine's), and the packages built against numpy 2 that transformers would pick up (scikit-learn,

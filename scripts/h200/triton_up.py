@@ -5,7 +5,7 @@ import sys
 import time
 
 sys.path.insert(0, ".")
-from llmserve.server import TritonProcess  # noqa: E402
+from llmserve.deploy.tritonserver import TritonProcess  # noqa: E402
 
 repo, http, grpc, metrics, log = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
 t0 = time.time()

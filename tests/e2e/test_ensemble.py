@@ -178,7 +178,7 @@ def test_admin_endpoints_are_restricted(tiny_server):
 def test_stream_that_ends_before_any_token_still_answers(tiny_server):
     """The end token as the very first token: one empty text_output, streamed or not."""
     from llmserve.spec import ROOT
-    from llmserve.tokenizer import load_fast
+    from llmserve.text.tokenizer import load_fast
 
     ids = load_fast(ROOT / "build/checkpoints/tiny-random-llama").encode("Hi").ids
     client = httpclient.InferenceServerClient(tiny_server.http)

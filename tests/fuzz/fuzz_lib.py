@@ -8,7 +8,7 @@ Categories (printed at the end of each test):
                           batch size, missing input, bad parameters)
   client_error_other      another 4xx / documented client-error gRPC code (e.g. 413)
   triton_frontend_500     HTTP 500 from Triton's HTTP frontend for JSON it cannot parse or convert
-                          (DESIGN.md §5, upstream PR #8773): known upstream, the message is asserted
+                          (upstream PR #8773): known upstream, the message is asserted
   server_error_ours       any other 5xx / INTERNAL: a bug in OUR code -> test failure
   timeout                 no answer within the client timeout -> test failure
 """

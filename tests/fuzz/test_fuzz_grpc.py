@@ -15,12 +15,20 @@ import struct
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tritonclient.utils import InferenceServerException
 
 from llmserve.contract import ENSEMBLE, ENSEMBLE_INPUTS, UNARY_SUFFIX
 
-from .fuzz_lib import Alongside, Tally, classify_error, is_ready, log_size, server_log_tail
+from .fuzz_lib import (
+    Alongside,
+    Tally,
+    classify_error,
+    is_ready,
+    log_size,
+    server_log_tail,
+)
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_GRPC_EXAMPLES", os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "400")))

@@ -11,15 +11,22 @@ the server stays ready and valid requests sent alongside keep succeeding.
 from __future__ import annotations
 
 import json
-import math
 import os
-import random
 
 import pytest
 import requests
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from .fuzz_lib import Alongside, Tally, classify_error, classify_http, is_ready, log_size, server_log_tail
+from .fuzz_lib import (
+    Alongside,
+    Tally,
+    classify_error,
+    classify_http,
+    is_ready,
+    log_size,
+    server_log_tail,
+)
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "1000"))
@@ -141,7 +148,7 @@ def send(session: requests.Session, http: str, endpoint: str, raw: bytes) -> tup
         return "server_error_ours", f"connection error: {e}"
     if endpoint == "generate" or not r.text.startswith("data:"):
         return classify_http(r.status_code, r.content)
-    # SSE: every event is JSON; an error may arrive after the first event under HTTP 200 (DESIGN §5).
+    # SSE: every event is JSON; an error may arrive after the first event under HTTP 200 (the status line is already sent).
     events = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
     errors = [e["error"] for e in events if "error" in e]
     if errors:

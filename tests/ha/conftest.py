@@ -7,10 +7,11 @@ import shutil
 import pytest
 
 from llmserve.checkpoint import build_checkpoint
-from llmserve.cluster import Cluster
-from llmserve.generate import write_repository
+from llmserve.deploy.cluster import Cluster
+from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
-from tests.conftest import ADMIN_KEY, free_ports
+
+from ..conftest import ADMIN_KEY, free_ports
 
 TINY = ROOT / "specs" / "tiny.yaml"
 # Replica 2 runs with explicit model control so a test can make it alive-but-not-ready at run time.

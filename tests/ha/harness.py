@@ -1,5 +1,5 @@
 """Mixed load against the load balancer for the HA tests: plain clients (no retries of their own,
-so what they see is what HAProxy gives) and failover clients (llmserve/failover.py)."""
+so what they see is what HAProxy gives) and failover clients (llmserve/client/failover.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import requests
 
-from llmserve.failover import FailoverClient, GenerationError
+from llmserve.client.failover import FailoverClient, GenerationError
 
 PROMPT = "Tell me a story about a lighthouse keeper."
 
@@ -92,7 +92,7 @@ def failover_stream(client: FailoverClient, max_tokens: int, c: Counts) -> None:
 
 
 def failover_generate(client: FailoverClient, max_tokens: int, c: Counts) -> None:
-    from llmserve.failover import Stats
+    from llmserve.client.failover import Stats
 
     st = Stats()
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import time
 
 import pytest
@@ -15,8 +14,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import ADMIN_KEY
-
+from ..conftest import ADMIN_KEY
 from .harness import MixedLoad
 
 LOAD_S = 15

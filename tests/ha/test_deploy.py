@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from llmserve.haproxy import Backend, render
+from llmserve.deploy.haproxy import Backend, render
 from llmserve.spec import ROOT, load_spec
 
 DEPLOY = ROOT / "deploy"

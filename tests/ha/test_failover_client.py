@@ -9,9 +9,10 @@ import signal
 
 import pytest
 
-from llmserve.failover import FailoverClient, GenerationError
+from llmserve.client.failover import FailoverClient, GenerationError
 from llmserve.spec import ROOT, load_spec
-from tests.conftest import start_server
+
+from ..conftest import start_server
 
 DEFAULT = ROOT / "specs" / "default.yaml"
 PROMPT = "Write a short poem about the sea."
@@ -59,7 +60,7 @@ def test_resumed_greedy_stream_equals_uninterrupted(two_smollm2, protocol):
 def test_dead_endpoint_is_skipped_and_client_errors_are_not_retried(two_smollm2):
     _, b = two_smollm2
     client = FailoverClient(["localhost:1", b.http], backoff_s=0.01)
-    from llmserve.failover import Stats
+    from llmserve.client.failover import Stats
 
     st = Stats()
     for _ in range(2):

@@ -5,7 +5,6 @@ and serves at once when the load drops."""
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from llmserve.contract import ENSEMBLE, UNARY_SUFFIX
 
-from .conftest import MAX_BATCH, QUEUE, metric, rss_kb, wait_metric
+from .conftest import MAX_BATCH, QUEUE, rss_kb, wait_metric
 
 pytestmark = pytest.mark.e2e
 CAPACITY = MAX_BATCH + QUEUE

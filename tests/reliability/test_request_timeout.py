@@ -29,7 +29,7 @@ def test_request_timeout_cancels_generation(small_server, emit):
 
 
 def test_request_timeout_streaming(small_server, emit):
-    """A stream past its timeout ends with an error event (under HTTP 200, DESIGN.md §5)."""
+    """A stream past its timeout ends with an error event (under HTTP 200: Triton has already sent its status line)."""
     wait_metric(small_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=30)
     t0 = time.monotonic()
     r = requests.post(f"http://{small_server.http}/v2/models/ensemble/generate_stream", json=long_request(),

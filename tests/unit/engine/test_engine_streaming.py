@@ -3,15 +3,17 @@ tokens into fewer responses."""
 
 import torch
 
-from llmserve.engine.engine import Engine, Sequence
 from llmserve.engine.llama import LlamaModel
 from llmserve.engine.sampling import SamplingParams
-from llmserve.tokenizer import load_fast
+from llmserve.engine.sequence import Sequence
+from llmserve.text.tokenizer import load_fast
+
+from .helpers import make_engine
 
 
 def _chunks(path, interval_s: float, n: int = 10) -> list[list[int]]:
     model = LlamaModel(path, torch.device("cpu"), torch.float32, max_slots=2, max_seq_len=64)
-    engine = Engine(model, load_fast(path), stream_interval_s=interval_s)
+    engine = make_engine(model, load_fast(path), stream_interval_s=interval_s)
     chunks = []
     seq = Sequence(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=n, min_tokens=n),
                    on_output=lambda s, tokens, lp, fin, why: chunks.append(tokens), streaming=True)
@@ -32,7 +34,7 @@ def test_every_token_by_default_and_coalesced_with_an_interval(tiny_llama):
 
 def test_a_failing_callback_ends_only_its_own_request(tiny_llama):
     model = LlamaModel(tiny_llama, torch.device("cpu"), torch.float32, max_slots=2, max_seq_len=64)
-    engine = Engine(model, load_fast(tiny_llama))
+    engine = make_engine(model, load_fast(tiny_llama))
     good = []
 
     def broken(*_):

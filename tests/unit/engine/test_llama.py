@@ -3,10 +3,12 @@
 import torch
 from transformers import AutoModelForCausalLM
 
-from llmserve.engine.engine import Engine, Sequence
 from llmserve.engine.llama import LlamaModel
 from llmserve.engine.sampling import SamplingParams
-from llmserve.tokenizer import load_fast
+from llmserve.engine.sequence import Sequence
+from llmserve.text.tokenizer import load_fast
+
+from .helpers import make_engine
 
 PROMPTS = [[1, 504, 3458, 314], [1, 20, 30, 40, 50, 60, 70, 80, 90], [5], [1, 2, 3, 4, 5, 6]]
 
@@ -19,7 +21,7 @@ def _hf_greedy(path, prompt, n):
 
 def _run_engine(path, arrivals, n):
     model = LlamaModel(path, torch.device("cpu"), torch.float32, max_slots=4, max_seq_len=64)
-    engine = Engine(model, load_fast(path))
+    engine = make_engine(model, load_fast(path))
     outputs = {}
 
     def collect(seq, tokens, logprobs, finished, reason):
@@ -58,7 +60,7 @@ def test_slots_are_reused_after_requests_finish(tiny_llama):
     n = 5
     expected = [_hf_greedy(tiny_llama, p, n) for p in PROMPTS]
     model = LlamaModel(tiny_llama, torch.device("cpu"), torch.float32, max_slots=2, max_seq_len=64)
-    engine = Engine(model, load_fast(tiny_llama))
+    engine = make_engine(model, load_fast(tiny_llama))
     outputs = {}
     seqs = [Sequence(prompt=p, params=SamplingParams(max_new_tokens=n),
                      on_output=lambda s, t, lp, f, r: outputs.setdefault(s.id, []).extend(t)) for p in PROMPTS]

@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 
 from llmserve import contract as C
-from llmserve import render
-from llmserve.generate import check_repository, write_repository
+from llmserve import pbtxt
+from llmserve.repository import python_models as render
+from llmserve.repository.writer import check_repository, write_repository
 from llmserve.spec import ROOT, SpecError, load_spec
 
 DEFAULT = ROOT / "specs/default.yaml"
@@ -41,7 +42,7 @@ def test_drift_is_detected(tmp_path):
 def test_generated_configs_parse_and_follow_the_contract(tmp_path):
     spec = load_spec(DEFAULT)
     write_repository(spec, "specs/default.yaml", tmp_path)
-    configs = {d.name: render.parse_pbtxt((d / "config.pbtxt").read_text()) for d in tmp_path.iterdir()}
+    configs = {d.name: pbtxt.parse_pbtxt((d / "config.pbtxt").read_text()) for d in tmp_path.iterdir()}
     assert set(configs) == {"preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "ensemble_unary",
                             "tensorrt_llm_unary"}
     engine = configs["tensorrt_llm"]

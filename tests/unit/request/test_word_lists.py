@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from llmserve.word_lists import from_word_list, to_word_list
+from llmserve.request.word_lists import from_word_list, to_word_list
 
 
 def test_round_trip_and_empty():

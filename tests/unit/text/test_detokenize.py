@@ -5,8 +5,8 @@ import random
 import pytest
 
 from llmserve.contract import CONTEXT_TOKENS
-from llmserve.detokenize import Detokenizer
-from llmserve.tokenizer import load_fast
+from llmserve.text.detokenize import Detokenizer
+from llmserve.text.tokenizer import load_fast
 
 TEXTS = ["你好，世界 🎉 héllo! 日本語のテキスト 👩‍👩‍👧 ok", "plain ascii, with  double  spaces\nand lines",
          "Ünïcödé ñ ç 😀😃😄 Ελληνικά русский"]

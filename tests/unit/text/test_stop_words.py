@@ -1,5 +1,5 @@
-from llmserve.stop_words import StopMatcher
-from llmserve.tokenizer import load_fast
+from llmserve.text.stop_words import StopMatcher
+from llmserve.text.tokenizer import load_fast
 
 
 def _feed(tok, matcher, text):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmserve import trtllm_build as B
 from llmserve.spec import ROOT, load_spec
+from llmserve.trtllm import build as B
 
 TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
               "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
@@ -70,8 +70,8 @@ def test_dry_run_llama(tmp_path):
     assert build["max_beam_width"] == "1" and build["tokens_per_block"] == "32"
     assert build["checkpoint_dir"] == str(tmp_path / "tllm")
     assert build["output_dir"] == str(tmp_path / "engine.partial")
-    convert = command(r.stdout, "llmserve.trtllm_build")
-    assert convert[1:4] == ["-m", "llmserve.trtllm_build", "convert"]
+    convert = command(r.stdout, "llmserve.trtllm.build")
+    assert convert[1:4] == ["-m", "llmserve.trtllm.build", "convert"]
     conv = flags(convert)
     assert conv == {"model_dir": str(tmp_path / "ckpt"), "output_dir": str(tmp_path / "tllm"), "dtype": "float16",
                     "tp_size": "1", "pp_size": "1"}
@@ -88,7 +88,7 @@ def test_dry_run_tp2_bf16_without_paged_context(tmp_path):
     assert build["gpt_attention_plugin"] == "bfloat16" and build["gemm_plugin"] == "bfloat16"
     assert build["use_paged_context_fmha"] == "disable"
     assert build["max_num_tokens"] == "4096" and build["workers"] == "2"
-    assert flags(command(r.stdout, "llmserve.trtllm_build"))["tp_size"] == "2"
+    assert flags(command(r.stdout, "llmserve.trtllm.build"))["tp_size"] == "2"
 
 
 @pytest.mark.parametrize("hf,engine,trt,msg", [

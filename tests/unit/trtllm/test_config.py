@@ -11,9 +11,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from llmserve import contract as C
-from llmserve import render
+from llmserve import pbtxt
+from llmserve.repository import python_models as render
+from llmserve.repository.writer import repository
 from llmserve.spec import ROOT, Spec, load_spec
-from llmserve.trtllm_config import launch_env, model_shape, tensorrtllm_engine
+from llmserve.trtllm.config import launch_env, model_shape, tensorrtllm_engine
 
 TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
               "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 4,
@@ -56,7 +58,7 @@ def params(cfg: mc.ModelConfig) -> dict[str, str]:
 
 
 def roundtrip(cfg: mc.ModelConfig) -> mc.ModelConfig:
-    return render.parse_pbtxt(render.to_pbtxt(cfg, "test"))
+    return pbtxt.parse_pbtxt(pbtxt.to_pbtxt(cfg, "test"))
 
 
 # --- contract ----------------------------------------------------------------------------------
@@ -102,7 +104,7 @@ def test_not_decoupled_without_streaming(tmp_path):
 
 def test_whole_repository_parses(tmp_path):
     spec = make_spec(tmp_path)
-    models = render.repository(spec, tmp_path / "repo")
+    models = repository(spec, tmp_path / "repo")
     assert models[C.ENGINE][1] == ""  # C++ backend: no model.py
     for cfg, _ in models.values():
         roundtrip(cfg)
@@ -236,7 +238,7 @@ def test_model_shape_sources(tmp_path):
     spec = make_spec(tmp_path)
     assert model_shape(spec, None).source.endswith("hf/config.json")
     write_engine(tmp_path)
-    from llmserve.trtllm_config import read_engine_config
+    from llmserve.trtllm.config import read_engine_config
 
     assert model_shape(spec, read_engine_config(tmp_path / "engine")).source == "the engine's config.json"
 
@@ -271,7 +273,7 @@ def test_generate_example_spec(path, tmp_path):
     r = subprocess.run([sys.executable, "tools/generate.py", "--spec", str(path), "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    cfg = render.parse_pbtxt((out / C.ENGINE / "config.pbtxt").read_text())
+    cfg = pbtxt.parse_pbtxt((out / C.ENGINE / "config.pbtxt").read_text())
     assert cfg.backend == "tensorrtllm"
     p = params(cfg)
     t = spec.engine.tensorrtllm
@@ -284,7 +286,7 @@ def test_generate_example_spec(path, tmp_path):
 
 
 def placement_shares_gpu(spec) -> bool:
-    from llmserve.trtllm_config import placement
+    from llmserve.trtllm.config import placement
 
     return placement(spec).max_sharing > 1
 
@@ -293,7 +295,7 @@ def test_example_spec_placements():
     got = {}
     for path in SPECS:
         spec = load_spec(path)
-        from llmserve.trtllm_config import placement
+        from llmserve.trtllm.config import placement
 
         got[path.name] = placement(spec).gpu_device_ids
     assert got["trtllm-1gpu.yaml"] == "0"

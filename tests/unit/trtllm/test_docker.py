@@ -15,7 +15,7 @@ from google.protobuf import text_format
 
 from llmserve import contract as C
 from llmserve.spec import ROOT, Spec
-from llmserve.trtllm_config import tensorrtllm_engine
+from llmserve.trtllm.config import tensorrtllm_engine
 
 DOCKERFILE = ROOT / "Dockerfile"
 LAUNCH = ROOT / "docker" / "launch.sh"

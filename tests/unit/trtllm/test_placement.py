@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from llmserve import trtllm_placement as P
+from llmserve.trtllm import placement as P
 
 SMOLLM2 = P.ModelShape(architecture="LlamaForCausalLM", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3,
                        head_dim=64, intermediate_size=1536, vocab_size=49152, max_position_embeddings=8192,

@@ -1,0 +1,47 @@
+"""The pieces of a Llama-family decoder layer, written once and shared by the eager forward
+(llama.py) and the CUDA-graph decode step (cuda_graphs.py), which differ only in attention."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return w * x.to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding on the last dimension (rotate-half convention, as transformers' Llama);
+    cos/sin broadcast against x (e.g. x [B, H, S, D] with cos [B, 1, S, D])."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+# attend(layer, q, k, v) -> attention output [..., num_heads * head_dim]. q/k/v are the raw
+# projections [..., heads * head_dim]; the callee rotates them, writes k/v into the cache and attends.
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], i: int, cfg, attend: Attend) -> torch.Tensor:
+    """One pre-norm decoder layer over hidden states x [..., hidden] with fused qkv and gate/up weights."""
+    p = f"layers.{i}."
+    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+    qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+    q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+    x = x + F.linear(attend(i, q, k, v), w[p + "self_attn.o_proj.weight"])
+    h = rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
+    gate, up = F.linear(h, w[p + "gate_up"]).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])
+
+
+def logits(x: torch.Tensor, w: dict[str, torch.Tensor], cfg) -> torch.Tensor:
+    """Final norm and LM head -> float32 logits."""
+    return F.linear(rms_norm(x, w["norm.weight"], cfg.rms_norm_eps), w["lm_head.weight"]).float()

@@ -1,0 +1,22 @@
+"""Build the model the engine runs: weights, static KV cache and, on a GPU when asked, the
+CUDA graphs of every decode shape. The caller decides about graphs (engine.torch.cuda_graphs),
+so `false` really skips the capture and its memory pool."""
+
+from __future__ import annotations
+
+import torch
+
+from .cuda_graphs import DecodeGraphs
+from .llama import LlamaModel, pick_device, pick_dtype
+
+
+def load_model(checkpoint: str, *, device: str, dtype: str, max_slots: int, max_seq_len: int,
+               cuda_graphs: bool, threads: int = 0) -> LlamaModel:
+    """device/dtype: the spec's names ("auto", "cpu", "cuda", "bfloat16", ...); threads 0 keeps torch's."""
+    if threads:
+        torch.set_num_threads(threads)
+    dev = pick_device(device)
+    model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), max_slots, max_seq_len)
+    if cuda_graphs and dev.type == "cuda":
+        model.graphs = DecodeGraphs(model)
+    return model

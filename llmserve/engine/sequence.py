@@ -1,0 +1,61 @@
+"""A request inside the engine (Sequence), the callback it reports through, and the engine's counters."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..finish import FinishReason
+from ..text.stop_words import StopMatcher
+from .sampling import SamplingParams
+
+# (sequence, new token ids, their log-probs, finished, finish reason or None; seq.error says what failed)
+OutputCallback = Callable[["Sequence", list[int], list[float], bool, "FinishReason | None"], None]
+
+
+@dataclass(eq=False)
+class Sequence:
+    prompt: list[int]
+    params: SamplingParams
+    on_output: OutputCallback
+    is_cancelled: Callable[[], bool] = lambda: False
+    streaming: bool = True
+    id: int = field(default_factory=itertools.count().__next__)
+    generated: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    slot: int = -1
+    emitted: int = 0  # tokens of `generated` already handed to on_output
+    keep: int | None = None  # set when a stop word ends the sequence: tokens to output
+    finish_reason: FinishReason | None = None
+    error: str | None = None  # what failed, when finish_reason is ERROR
+    stop: StopMatcher | None = None
+    generator: torch.Generator | None = None
+    arrival: float = field(default_factory=time.monotonic)
+    deadline: float = float("inf")  # monotonic time after which the request is cancelled
+    last_emit_at: float = float("-inf")
+
+    @property
+    def position(self) -> int:  # position of the next token to feed
+        return len(self.prompt) + len(self.generated) - 1
+
+
+@dataclass
+class EngineStats:
+    running: int = 0
+    waiting: int = 0
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    finished: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    rejected: int = 0
+    last_batch_size: int = 0
+    max_batch_size_seen: int = 0
+    batched_steps: int = 0  # decode steps that carried more than one sequence
+    kv_cache_used_tokens: int = 0
+    kv_cache_capacity_tokens: int = 0
