@@ -48,6 +48,17 @@ GRPC_RETRY = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED", "Status
               "StatusCode.CANCELLED", "StatusCode.UNKNOWN", "StatusCode.DEADLINE_EXCEEDED", "StatusCode.ABORTED"}
 
 
+def resume_request(request: dict, prompt_seen: str, text: str, tokens: int) -> dict:
+    """The request that continues a stream elsewhere after `tokens` tokens produced `text`: the
+    prompt as the model saw it + the text so far, no chat template (it is in prompt_seen), the
+    remaining budget (min_tokens reduced alike). Shared with the OpenAI frontend (openai_api/triton.py)."""
+    body = {**request, "text_input": prompt_seen + text, "apply_chat_template": False,
+            "max_tokens": request["max_tokens"] - tokens}
+    if "min_tokens" in request:
+        body["min_tokens"] = max(0, request["min_tokens"] - tokens)
+    return body
+
+
 class GenerationError(Exception):
     """A failure the client did not (or could no longer) retry; `retryable` says which kind."""
 
@@ -96,10 +107,7 @@ class Generation:
             if self.stats.tokens:
                 if base is None:
                     base = c.rendered_prompt(req["text_input"], req.get("apply_chat_template"))
-                body.update(text_input=base + self.text, apply_chat_template=False,
-                            max_tokens=budget - self.stats.tokens)
-                if "min_tokens" in req:
-                    body["min_tokens"] = max(0, req["min_tokens"] - self.stats.tokens)
+                body = resume_request(req, base, self.text, self.stats.tokens)
             self.endpoint = c.pick()
             self.stats.attempts += 1
             self.stats.endpoints.append(self.endpoint)

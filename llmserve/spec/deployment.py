@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from .base import SpecError, Strict, resolve
 from .ha import HighAvailability
+from .openai import OpenAIFrontend
 from .trtllm import TensorRTLLMEngine
 
 
@@ -139,6 +140,7 @@ class Spec(Strict):
     postprocessing: Postprocessing = Postprocessing()
     serving: Serving = Serving()
     ha: HighAvailability = HighAvailability()
+    openai: OpenAIFrontend = OpenAIFrontend()
 
     @model_validator(mode="after")
     def _consistent(self):

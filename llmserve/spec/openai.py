@@ -1,0 +1,41 @@
+"""Spec section for the OpenAI-compatible frontend (`openai:` in a spec): llmserve/openai_api/.
+
+`scripts/serve.sh` starts one frontend next to tritonserver on `port`; `serve.sh --replicas N`
+starts N frontends on `base_port + i`, behind HAProxy's own frontend on `port` (health-checked on
+/health like the Triton servers on /v2/health/ready)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from .base import Strict
+
+
+class OpenAIFrontend(Strict):
+    enabled: bool = True
+    """Start the frontend with scripts/serve.sh (and one per replica with --replicas)."""
+    port: int = Field(default=9000, ge=1, le=65535)
+    """Where OpenAI clients connect: the frontend itself, or HAProxy in front of N of them."""
+    bind: str = "0.0.0.0"
+    base_port: int = Field(default=19000, ge=1, le=65000)
+    """--replicas N: frontend i (0-based) listens on 127.0.0.1:base_port + i behind HAProxy."""
+    served_model_name: Optional[str] = None
+    """The `model` clients name (and /v1/models lists); default: the spec's `name`."""
+    default_max_tokens: Optional[int] = Field(default=None, ge=1)
+    """A request without max_tokens / max_completion_tokens gets this many; default engine.max_output_len."""
+    api_keys: list[str] = Field(default_factory=list)
+    """Accepted `Authorization: Bearer` keys. Prefer api_keys_env or api_keys_file: a spec is often
+    committed. No key anywhere: no check."""
+    api_keys_env: str = "LLMSERVE_API_KEYS"
+    """Environment variable with comma-separated keys (read when set)."""
+    api_keys_file: Optional[str] = None
+    """File with one key per line (# comments); relative to the project root."""
+    idle_timeout_s: Optional[float] = Field(default=None, gt=0)
+    """A stream with no response from Triton for this long is broken (resumed elsewhere); default
+    serving.request_timeout_s + 30 s."""
+    max_attempts: int = Field(default=6, ge=1)
+    """Sends of one request (first try + retries + resumes) before it fails with 503."""
+    health_interval_ms: int = Field(default=500, ge=50)
+    """How often the frontend checks each Triton server's readiness."""
