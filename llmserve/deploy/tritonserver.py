@@ -35,6 +35,20 @@ class ServerPaths:
     env: dict = field(default_factory=dict)
 
 
+def _stub_python() -> tuple[str, str, str]:
+    """(version, bin directory, libpython directory) of the Python the stubs run: this one, or the
+    interpreter named by LLMSERVE_STUB_PYTHON (a virtualenv's bin/python: e.g. a Python 3.12 stub
+    on a 3.11 machine, tests/e2e/test_stub_python.py)."""
+    other = os.environ.get("LLMSERVE_STUB_PYTHON")
+    if not other:
+        return (f"{sys.version_info.major}.{sys.version_info.minor}", str(Path(sys.executable).parent),
+                sysconfig.get_config_var("LIBDIR") or "")
+    probe = "import sys, sysconfig; print('%d.%d' % sys.version_info[:2]); print(sysconfig.get_config_var('LIBDIR') or '')"
+    out = subprocess.run([other, "-c", probe], capture_output=True, text=True, check=True).stdout
+    version, libdir = out.split("\n")[:2]
+    return version, str(Path(other).absolute().parent), libdir
+
+
 def _pytriton_copy() -> ServerPaths:
     import importlib.util
 
@@ -43,7 +57,7 @@ def _pytriton_copy() -> ServerPaths:
         raise FileNotFoundError("no tritonserver on PATH and nvidia-pytriton is not installed (run scripts/setup.sh)")
     src = Path(list(found.submodule_search_locations)[0]) / "tritonserver"
     libs = src.parent.parent / "nvidia_pytriton.libs"
-    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    py, venv_bin, libdir = _stub_python()
     dest = LOCAL_COPY / py
     stub = src / "python_backend_stubs" / py / "triton_python_backend_stub"
     if not stub.exists():
@@ -53,8 +67,7 @@ def _pytriton_copy() -> ServerPaths:
         shutil.copytree(src / "bin", dest / "bin")
         shutil.copytree(src / "backends", dest / "backends")
         shutil.copy2(stub, dest / "backends/python/triton_python_backend_stub")
-    venv_bin = str(Path(sys.executable).parent)
-    lib_path = [sysconfig.get_config_var("LIBDIR") or "", str(libs), os.environ.get("LD_LIBRARY_PATH", "")]
+    lib_path = [libdir, str(libs), os.environ.get("LD_LIBRARY_PATH", "")]
     env = {
         # The stub imports packages from the first python on PATH: it must be this virtualenv's.
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),

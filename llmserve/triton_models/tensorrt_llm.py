@@ -8,19 +8,11 @@ import threading
 import triton_python_backend_utils as pb_utils
 
 from llmserve.errors import EngineBusy
-from llmserve.finish import FinishReason
 from llmserve.pipeline.engine_service import EngineService
 from llmserve.pipeline.metrics import EngineMetrics
 from llmserve.pipeline.options import EngineOptions
-from llmserve.pipeline.triton_glue import error_response, parameters, reader, tensors
+from llmserve.pipeline.triton_glue import StreamSender, error_response, parameters, reader, tensors
 from llmserve.text.tokenizer import resolve_dir
-
-
-def error_code(failure: FinishReason):
-    """How a request the engine could not finish is answered. (A function: pb_utils.TritonError
-    does not exist yet while Triton imports this file to auto-complete the config.)"""
-    return {FinishReason.CANCELLED: pb_utils.TritonError.CANCELLED,
-            FinishReason.TIMEOUT: pb_utils.TritonError.UNAVAILABLE}.get(failure, pb_utils.TritonError.INTERNAL)
 
 
 class TritonPythonModel:
@@ -34,26 +26,13 @@ class TritonPythonModel:
         if not self.decoupled:
             return self._execute_unary(requests)
         for request in requests:
-            sender = request.get_response_sender()
+            send = StreamSender(pb_utils, request)  # sends only the requested outputs (see triton_glue.tensors)
             try:
                 req = self.service.parse(reader(pb_utils, request))
-                self.service.submit(req, self._sender(sender), sender.is_cancelled)
+                self.service.submit(req, send, send.is_cancelled)
             except (ValueError, EngineBusy) as e:
-                sender.send(error_response(pb_utils, e), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                send.fail(e)
         return None
-
-    def _sender(self, sender):
-        def send(outputs, final, failure, message):
-            flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
-            if failure is not None:
-                code = error_code(failure)
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code)), flags=flags)
-            elif outputs is None:
-                sender.send(flags=flags)
-            else:
-                sender.send(pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs)), flags=flags)
-
-        return send
 
     def _execute_unary(self, requests):
         """Non-decoupled deployments (serving.streaming: false): wait for every request of the batch;

@@ -1,0 +1,181 @@
+"""Responses sent from another thread must not kill a Python 3.12 stub (the H200's Python).
+
+On the H200 the first direct token-level request to `tensorrt_llm` (tools/bench.py asks for
+output_ids and sequence_length only) killed its stub: `segfault at 10 ... in libpython3.12.so`.
+Cause: Triton 2.51's ResponseSender::Send drops the tensors the client did not request without the
+GIL (llmserve/pipeline/triton_glue.py, `tensors`). Our CPU machines run 3.11 stubs, which survive
+it, so this test starts a server whose stubs run Python 3.12 (LLMSERVE_STUB_PYTHON) on a model
+that answers exactly like the tensorrt_llm adapter: StreamSender, from a thread that is not
+execute()'s, with all five token-level outputs. A twin model that sends every tensor (what the
+adapter did before) shows the stub really dies, i.e. that this test catches the bug.
+
+Needs a Python 3.12 virtualenv for the stub: `scripts/stub_python.sh /path/to/python3.12`
+(default location build/stubvenv-3.12, or set LLMSERVE_TEST_STUB_PYTHON); skipped without one."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from llmserve.deploy.tritonserver import TritonProcess, free_ports
+from llmserve.spec import ROOT
+
+pytestmark = pytest.mark.e2e
+
+STUB_PYTHON = Path(os.environ.get("LLMSERVE_TEST_STUB_PYTHON", ROOT / "build/stubvenv-3.12/bin/python"))
+CHUNKS = 12
+
+CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "n" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [
+  {{ name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] }},
+  {{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }},
+  {{ name: "cum_log_probs" data_type: TYPE_FP32 dims: [ -1 ] }},
+  {{ name: "output_log_probs" data_type: TYPE_FP32 dims: [ -1, -1 ] }},
+  {{ name: "output_context_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] }}
+]
+parameters {{ key: "prune" value: {{ string_value: "{prune}" }} }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+"""
+
+# What the tensorrt_llm adapter does, without the engine: execute() hands a StreamSender to a
+# worker thread, which sends the token-level outputs of every chunk (pipeline/engine_service.py).
+MODEL = textwrap.dedent('''
+    import json
+    import queue
+    import threading
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    from llmserve.pipeline.triton_glue import StreamSender, tensors
+
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            params = json.loads(args["model_config"])["parameters"]
+            self.prune = params["prune"]["string_value"] == "1"
+            self.work = queue.Queue()
+            threading.Thread(target=self.loop, daemon=True).start()
+
+        def loop(self):
+            while True:
+                send, n = self.work.get()
+                for i in range(n):
+                    new = list(range(i, i + 3))
+                    outputs = {"output_ids": np.array([[new]], dtype=np.int32),
+                               "sequence_length": np.array([[len(new)]], dtype=np.int32),
+                               "cum_log_probs": np.array([[-1.0 * i]], dtype=np.float32),
+                               "output_log_probs": np.array([[[-0.5] * len(new)]], dtype=np.float32),
+                               "output_context_ids": np.array([[[7, 8]]], dtype=np.int32)}
+                    final = i == n - 1
+                    if self.prune:
+                        send(outputs, final)
+                    else:  # the adapter before the fix: every tensor, the unrequested ones too
+                        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
+                        send.sender.send(pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs)),
+                                         flags=flags)
+
+        def execute(self, requests):
+            for request in requests:
+                n = int(pb_utils.get_input_tensor_by_name(request, "n").as_numpy()[0])
+                self.work.put((StreamSender(pb_utils, request), n))
+            return None
+''')
+
+
+def _stub_version() -> str | None:
+    if not STUB_PYTHON.exists():
+        return None
+    out = subprocess.run([str(STUB_PYTHON), "-c", "import sys, numpy; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def py312_server(tmp_path_factory):
+    version = _stub_version()
+    if version != "3.12":
+        pytest.skip(f"no Python 3.12 stub environment at {STUB_PYTHON} (scripts/stub_python.sh PYTHON3.12)")
+    repo = tmp_path_factory.mktemp("stub312") / "repository"
+    for name, prune in (("sender", "1"), ("sender_unpruned", "0")):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, prune=prune))
+        (repo / name / "1" / "model.py").write_text(MODEL)
+    http, grpc, metrics = free_ports(3)
+    log = repo.parent / "tritonserver.log"
+    saved = os.environ.get("LLMSERVE_STUB_PYTHON")
+    os.environ["LLMSERVE_STUB_PYTHON"] = str(STUB_PYTHON)
+    try:
+        proc = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10,
+                             log_path=log)
+    finally:
+        if saved is None:
+            os.environ.pop("LLMSERVE_STUB_PYTHON")
+        else:
+            os.environ["LLMSERVE_STUB_PYTHON"] = saved
+    proc.start()
+    try:
+        proc.wait_ready(timeout_s=120)
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _stream(port: int, model: str, n: int, outputs: list[str]) -> tuple[list, list[str]]:
+    """(results, errors) of one streamed request asking for `outputs` only."""
+    client = grpcclient.InferenceServerClient(f"localhost:{port}")
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)), stream_timeout=60)
+    try:
+        t = grpcclient.InferInput("n", [1], "INT32")
+        t.set_data_from_numpy(np.array([n], dtype=np.int32))
+        client.async_stream_infer(model, [t], outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
+        results, errors = [], []
+        while len(results) < n and not errors:
+            try:
+                result, error = got.get(timeout=30)
+            except queue.Empty:
+                errors.append("no answer within 30 s")
+                break
+            if error is not None:
+                errors.append(str(error))
+            else:
+                results.append(result)
+        return results, errors
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def test_subset_of_outputs_from_a_thread_on_python312(py312_server, emit):
+    for attempt in range(3):  # the first request is the one that crashed on the H200
+        results, errors = _stream(py312_server.grpc_port, "sender", CHUNKS, ["output_ids", "sequence_length"])
+        assert not errors, f"attempt {attempt}: {errors}"
+        assert len(results) == CHUNKS
+        assert results[-1].as_numpy("output_ids").tolist() == [[[CHUNKS - 1, CHUNKS, CHUNKS + 1]]]
+        assert results[0].as_numpy("cum_log_probs") is None  # not requested, never sent
+    results, errors = _stream(py312_server.grpc_port, "sender", 2, [])  # no outputs named: all of them
+    assert not errors and results[0].as_numpy("output_context_ids").tolist() == [[[7, 8]]]
+    emit(f"Python 3.12 stub: 3 x {CHUNKS} responses with 2 of 5 outputs requested, then all 5: OK")
+
+
+def test_the_unpruned_sender_does_kill_a_312_stub(py312_server, emit):
+    """The bug this guards against is real on this stub: sending unrequested tensors from a thread
+    kills it (if a future Triton fixes python_backend #390, this test says so)."""
+    results, errors = _stream(py312_server.grpc_port, "sender_unpruned", CHUNKS, ["output_ids", "sequence_length"])
+    assert errors, "the stub survived unrequested tensors: is this Triton newer than 2.51 (python_backend #390)?"
+    emit(f"unpruned sender on a Python 3.12 stub: {len(results)} responses, then {errors[0][:80]!r}")
+    # The fixed model lives in another stub and keeps serving.
+    results, errors = _stream(py312_server.grpc_port, "sender", 3, ["output_ids"])
+    assert not errors and len(results) == 3

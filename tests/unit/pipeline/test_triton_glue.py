@@ -1,0 +1,68 @@
+"""StreamSender: what the tensorrt_llm adapter hands Triton's response sender (fake pb module)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from llmserve.finish import FinishReason
+from llmserve.pipeline.triton_glue import StreamSender
+
+
+class FakePb:
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+    class TritonError:
+        CANCELLED, UNAVAILABLE, INTERNAL, INVALID_ARG = "CANCELLED", "UNAVAILABLE", "INTERNAL", "INVALID_ARG"
+
+        def __init__(self, message, code):
+            self.message, self.code = message, code
+
+    class Tensor:
+        def __init__(self, name, value):
+            self.name, self.value = name, value
+
+    class InferenceResponse:
+        def __init__(self, output_tensors=(), error=None):
+            self.output_tensors, self.error = list(output_tensors), error
+
+
+class FakeRequest:
+    def __init__(self, wanted):
+        self.sent = []
+        self.wanted = wanted
+        sender = SimpleNamespace(send=lambda response=None, flags=0: self.sent.append((response, flags)),
+                                 is_cancelled=lambda: False)
+        self.get_response_sender = lambda: sender
+
+    def requested_output_names(self):
+        return self.wanted
+
+
+OUTPUTS = {"output_ids": np.array([[[5, 6]]], dtype=np.int32), "sequence_length": np.array([[2]], dtype=np.int32),
+           "cum_log_probs": np.array([[-1.0]], dtype=np.float32),
+           "output_log_probs": np.array([[[-0.5, -0.5]]], dtype=np.float32),
+           "output_context_ids": np.array([[[1]]], dtype=np.int32)}
+
+
+def test_only_requested_outputs_reach_the_sender():
+    """An unrequested tensor handed to response_sender.send() segfaults a Python 3.12 stub in
+    Triton 2.51 (tests/e2e/test_stub_python.py): none may get there."""
+    request = FakeRequest({"output_ids", "sequence_length"})
+    send = StreamSender(FakePb, request)
+    send(OUTPUTS, False)
+    send(OUTPUTS, True)
+    (first, flags0), (last, flags1) = request.sent
+    assert [t.name for t in first.output_tensors] == ["output_ids", "sequence_length"]
+    assert (flags0, flags1) == (0, FakePb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def test_no_names_means_every_output_and_failures_carry_codes():
+    request = FakeRequest(set())  # (Triton fills in every output; an empty set still sends them all)
+    send = StreamSender(FakePb, request)
+    send(OUTPUTS, False)
+    send(None, True, FinishReason.CANCELLED, "cancelled")
+    send(None, True)
+    (ok, _), (cancelled, flags), (close, _) = request.sent
+    assert len(ok.output_tensors) == 5
+    assert (cancelled.error.code, flags) == ("CANCELLED", 1)
+    assert close is None
