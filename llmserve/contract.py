@@ -64,6 +64,9 @@ ENGINE_INPUTS: list[Tensor] = [
     *_scalars("BOOL", "streaming", "exclude_input_in_output", "return_log_probs", reshape=True),
     Tensor("stop_words_list", "INT32", (2, -1)),  # row 0: concatenated ids, row 1: end offsets (-1 pad)
     Tensor("bad_words_list", "INT32", (2, -1)),
+    # Upstream's cancel-by-id: a request with stop=true cancels the requests with its request id
+    # (postprocessing sends one when its step sees the ensemble request cancelled).
+    Tensor("stop", "BOOL", (1,), reshape_scalar=True),
 ]
 ENGINE_OUTPUTS: list[Tensor] = [
     Tensor("output_ids", "INT32", (-1, -1)),  # [beam, tokens]

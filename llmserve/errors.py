@@ -22,3 +22,8 @@ def is_request_error(message: str) -> bool:
 class EngineBusy(RuntimeError):
     """The engine's waiting queue is full: the request is refused at once (HTTP 503 / gRPC
     UNAVAILABLE, "server busy") instead of queueing forever."""
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot serve (it failed for good, or the server is shutting down): HTTP 503 /
+    gRPC UNAVAILABLE, so clients and the load balancer try another server."""

@@ -5,7 +5,13 @@ so a request that arrives while others generate joins the very next step.
 
 Scheduling policy: prefill first (new requests get their first token at the next step, at the
 cost of one longer step for the running ones), bounded by `prefill_token_budget` tokens per step
-so a burst of long prompts cannot stall running streams for long."""
+so a burst of long prompts cannot stall running streams for long.
+
+Health: a step that raises fails the requests in it (and only those, plus the ones waiting); after
+MAX_CONSECUTIVE_FAILURES failed steps in a row, or if the loop ends other than by shutdown(), the
+engine is unhealthy for good: it refuses new requests (EngineUnavailable) and `health()` says why, so
+the adapter can take the server out of rotation (pipeline/health.py). A step running longer than
+`stall_s` counts as unhealthy too (a hung device)."""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from collections import deque
 
 import torch
 
-from ..errors import EngineBusy
+from ..errors import EngineBusy, EngineUnavailable
 from ..finish import FinishReason
 from ..text.stop_words import StopMatcher
 from .llama import LlamaModel
@@ -25,11 +31,17 @@ from .sampling import sample
 from .sequence import EngineStats, Sequence
 
 
+MAX_CONSECUTIVE_FAILURES = 3  # failed steps in a row after which the engine is declared unhealthy
+CANCEL_POLL_S = 0.1  # is_cancelled() is an IPC round trip per request: poll at most this often (as TRT-LLM)
+
+
 class Engine:
     def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int, skip_special_tokens: bool,
-                 max_waiting: int, request_timeout_s: float, stream_interval_s: float):
-        """Every knob comes from the spec (pipeline/options.EngineOptions); none is defaulted here."""
+                 max_waiting: int, request_timeout_s: float, stream_interval_s: float, stall_s: float = 120.0):
+        """Every knob comes from the spec (pipeline/options.EngineOptions); none is defaulted here.
+        max_waiting 0 means no bound (as max_queue_size 0 does for Triton's own queue)."""
         self.model = model
+        self.stall_s = stall_s
         self.stream_interval_s = stream_interval_s
         self.max_waiting = max_waiting
         self.request_timeout_s = request_timeout_s
@@ -43,6 +55,11 @@ class Engine:
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._stop_keys: set[str] = set()  # request ids a `stop` request asked to cancel (next step)
+        self._last_cancel_poll = float("-inf")
+        self._step_started: float | None = None
+        self.consecutive_failures = 0
+        self.unhealthy: str | None = None  # why the engine cannot serve any more (None: healthy)
 
     # --- public API (thread-safe) --------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -54,39 +71,87 @@ class Engine:
             seq.generator = torch.Generator(device=self.model.device).manual_seed(seed)
         seq.deadline = seq.arrival + self.request_timeout_s
         with self._cv:
-            if len(self.waiting) >= self.max_waiting:
+            if self.unhealthy or self._stopping:
+                raise EngineUnavailable(f"engine unavailable: {self.unhealthy or 'the server is shutting down'}")
+            if self.max_waiting and len(self.waiting) >= self.max_waiting:
                 self.stats.rejected += 1
                 raise EngineBusy(f"server busy: {len(self.waiting)} requests already wait for the engine "
                                  f"(engine.queue.max_queue_size); retry later")
             self.waiting.append(seq)
             self._cv.notify()
 
+    def cancel(self, key: str) -> bool:
+        """Cancel every request with this id at the next step (a `stop` request, upstream's way to
+        cancel by request id). True if one is here (waiting or running) now."""
+        with self._cv:
+            here = any(s.key == key for s in self.waiting) or any(s.key == key for s in list(self.running))
+            if here:
+                self._stop_keys.add(key)
+                self._cv.notify()
+        return here
+
+    def health(self) -> str | None:
+        """None when the engine can serve, else why not."""
+        if self.unhealthy:
+            return self.unhealthy
+        if self._thread is not None and not self._thread.is_alive() and not self._stopping:
+            return "the engine thread ended"
+        started = self._step_started
+        if started is not None and time.monotonic() - started > self.stall_s:
+            return f"an engine step has been running for more than {self.stall_s:g} s"
+        return None
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="llmserve-engine", daemon=True)
         self._thread.start()
 
     def shutdown(self) -> None:
+        """Stop the loop; every request still waiting or running is answered (error), none is lost."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
         if self._thread:
             self._thread.join(timeout=30)
+        if self._thread is None or not self._thread.is_alive():
+            self._fail_all("the server is shutting down")
 
     # --- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopping and not self.waiting and not self.running:
-                    self._cv.wait()
-                if self._stopping:
-                    return
-            try:
-                self.step()
-            except Exception as e:  # never die silently: fail every request in flight, keep serving
-                for seq in list(self.running) + list(self.waiting):
-                    self._finish(seq, FinishReason.ERROR, str(e))
-                self.running.clear()
-                self.waiting.clear()
+        try:
+            while True:
+                with self._cv:
+                    while not self._stopping and not self.waiting and not self.running:
+                        self._cv.wait()
+                    if self._stopping:
+                        return
+                self._step_started = time.monotonic()
+                try:
+                    self.step()
+                    self.consecutive_failures = 0
+                except Exception as e:  # never die silently: fail the requests in flight, keep serving
+                    self.stats.step_failures += 1
+                    self.consecutive_failures += 1
+                    self._fail_all(f"engine step failed: {type(e).__name__}: {e}")
+                    if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+                        self.unhealthy = (f"{self.consecutive_failures} engine steps failed in a row "
+                                          f"(last: {type(e).__name__}: {e})")
+                        return
+                finally:
+                    self._step_started = None
+        finally:
+            if not self._stopping and not self.unhealthy:
+                self.unhealthy = "the engine thread ended unexpectedly"
+            self._fail_all(self.unhealthy or "the server is shutting down")
+
+    def _fail_all(self, message: str) -> None:
+        """Answer every request in the engine with an error. The waiting queue is swapped out under
+        the lock, so a request submitted meanwhile is either failed here or served later, never lost."""
+        with self._cv:
+            waiting = list(self.waiting)
+            self.waiting.clear()
+        for seq in list(self.running) + waiting:
+            self._finish(seq, FinishReason.ERROR, message)
+        self._update_stats()
 
     def step(self) -> None:
         """One scheduling iteration (public so benchmarks and tests can drive the engine inline)."""
@@ -204,17 +269,27 @@ class Engine:
             seq.slot = -1
 
     def _drop_cancelled(self) -> None:
-        """Free the slots of requests whose client went away or whose time is up."""
+        """Free the slots of requests whose client went away, that a `stop` named, or whose time is
+        up. is_cancelled() is asked at most every CANCEL_POLL_S and never under the lock (each call
+        is an IPC round trip in the Python backend, and submit() waits for the lock)."""
         now = time.monotonic()
+        poll = now - self._last_cancel_poll >= CANCEL_POLL_S
+        if poll:
+            self._last_cancel_poll = now
+        with self._cv:
+            keys, self._stop_keys = self._stop_keys, set()
+            candidates = list(self.waiting)
 
         def reason(s: Sequence) -> FinishReason | None:
-            return (FinishReason.CANCELLED if s.is_cancelled() else
-                    FinishReason.TIMEOUT if now > s.deadline else None)
+            if (s.key and s.key in keys) or (poll and s.is_cancelled()):
+                return FinishReason.CANCELLED
+            return FinishReason.TIMEOUT if now > s.deadline else None
 
-        with self._cv:
-            dropped = [(s, r) for s in self.waiting if (r := reason(s))]
-            for s, _ in dropped:
-                self.waiting.remove(s)
+        dropped = [(s, r) for s in candidates if (r := reason(s))]
+        if dropped:
+            with self._cv:
+                gone = {id(s) for s, _ in dropped}
+                self.waiting = deque(s for s in self.waiting if id(s) not in gone)
         dropped += [(s, r) for s in list(self.running) if (r := reason(s))]
         for seq, why in dropped:
             if why is FinishReason.CANCELLED:

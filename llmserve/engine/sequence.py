@@ -24,6 +24,7 @@ class Sequence:
     on_output: OutputCallback
     is_cancelled: Callable[[], bool] = lambda: False
     streaming: bool = True
+    key: str = ""  # the Triton request id: a `stop` request with the same id cancels it
     id: int = field(default_factory=itertools.count().__next__)
     generated: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -54,6 +55,7 @@ class EngineStats:
     cancelled: int = 0
     timed_out: int = 0
     rejected: int = 0
+    step_failures: int = 0  # engine steps that raised (their requests failed)
     last_batch_size: int = 0
     max_batch_size_seen: int = 0
     batched_steps: int = 0  # decode steps that carried more than one sequence

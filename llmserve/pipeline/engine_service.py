@@ -42,7 +42,8 @@ class EngineService:
             decode_word=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
         )
 
-    def submit(self, req: EngineRequest, send: Send, is_cancelled: Callable[[], bool]) -> Sequence:
+    def submit(self, req: EngineRequest, send: Send, is_cancelled: Callable[[], bool], key: str = "") -> Sequence:
+        """key: the Triton request id, which a later `stop` request names to cancel this one."""
         out: list[int] = []  # every token this request has output so far
         cum = [0.0]
 
@@ -71,9 +72,13 @@ class EngineService:
                  finished, None, None)
 
         seq = Sequence(prompt=req.prompt, params=req.params, on_output=on_output, is_cancelled=is_cancelled,
-                       streaming=req.streaming)
+                       streaming=req.streaming, key=key)
         self.engine.submit(seq)
         return seq
+
+    def stop(self, key: str) -> bool:
+        """A `stop` request: cancel the requests with this id (True if one was here)."""
+        return self.engine.cancel(key)
 
     def shutdown(self) -> None:
         self.engine.shutdown()

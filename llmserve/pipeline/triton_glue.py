@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from ..errors import EngineBusy, RequestError
+from ..errors import EngineBusy, EngineUnavailable, RequestError
 from ..finish import FinishReason
 
 
@@ -72,8 +72,10 @@ class StreamSender:
 
 
 def error_response(pb, error: Exception):
-    """RequestError -> INVALID_ARG (HTTP 400 / gRPC INVALID_ARGUMENT); a full engine queue ->
-    UNAVAILABLE (HTTP 503 / gRPC UNAVAILABLE, "server busy"); anything else -> INTERNAL."""
+    """RequestError -> INVALID_ARG (HTTP 400 / gRPC INVALID_ARGUMENT); a full engine queue or an
+    engine that cannot serve -> UNAVAILABLE (HTTP 503 / gRPC UNAVAILABLE: "server busy", "engine
+    unavailable"; retry elsewhere); anything else -> INTERNAL."""
     code = (pb.TritonError.INVALID_ARG if isinstance(error, RequestError) else
-            pb.TritonError.UNAVAILABLE if isinstance(error, EngineBusy) else pb.TritonError.INTERNAL)
+            pb.TritonError.UNAVAILABLE if isinstance(error, (EngineBusy, EngineUnavailable)) else
+            pb.TritonError.INTERNAL)
     return pb.InferenceResponse(error=pb.TritonError(str(error), code))

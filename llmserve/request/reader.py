@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import RequestError
+from .word_lists import MAX_TOTAL_CHARS, MAX_WORD_CHARS, MAX_WORDS
 
 Reader = Callable[[str], "np.ndarray | None"]
 
@@ -47,18 +48,22 @@ def text(name: str, value) -> str:
     raise RequestError(name, f"must be a string, got {type(value).__name__}")
 
 
-def words(read: Reader, name: str, limit: int = 256) -> list[str]:
+def words(read: Reader, name: str) -> list[str]:
     """A list of strings (stop_words / bad_words). Empty strings are ignored, so the upstream
-    README form `"stop_words": ""` means "none"."""
+    README form `"stop_words": ""` means "none". Limits: request/word_lists.py."""
     arr = read(name)
     if arr is None:
         return []
+    if arr.size > 4 * MAX_WORDS:  # do not even decode a huge list
+        raise RequestError(name, f"at most {MAX_WORDS} entries, got {arr.size}")
     values = [text(name, v) for v in arr.reshape(-1).tolist()]
     values = [v for v in values if v]
-    if len(values) > limit:
-        raise RequestError(name, f"at most {limit} entries, got {len(values)}")
-    if any(len(v) > 1000 for v in values):
-        raise RequestError(name, "each entry must be at most 1000 characters")
+    if len(values) > MAX_WORDS:
+        raise RequestError(name, f"at most {MAX_WORDS} entries, got {len(values)}")
+    if any(len(v) > MAX_WORD_CHARS for v in values):
+        raise RequestError(name, f"each entry must be at most {MAX_WORD_CHARS} characters")
+    if sum(map(len, values)) > MAX_TOTAL_CHARS:
+        raise RequestError(name, f"at most {MAX_TOTAL_CHARS} characters in all")
     return values
 
 

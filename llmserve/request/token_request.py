@@ -12,7 +12,7 @@ from ..engine.sampling import SamplingParams
 from ..errors import RequestError
 from .reader import Reader, check, one
 from .sampling import ENGINE_NAMES, read_sampling
-from .word_lists import from_word_list
+from .word_lists import MAX_TOTAL_CHARS, from_word_list
 
 
 @dataclass
@@ -22,6 +22,12 @@ class EngineRequest:
     streaming: bool
     exclude_input_in_output: bool
     return_log_probs: bool
+
+
+def is_stop_request(read: Reader) -> bool:
+    """Upstream's `stop` input: cancel the request with this request's id (its other inputs are
+    ignored). Checked before anything else is parsed."""
+    return bool(one(read, "stop", bool, False))
 
 
 def _word_list(read: Reader, name: str) -> list[list[int]]:
@@ -53,10 +59,14 @@ def parse_engine_request(read: Reader, *, vocab_size: int, default_end_ids: tupl
     if end_id is not None:
         check("end_id", 0 <= end_id < vocab_size, f"must lie in [0, {vocab_size}), got {end_id}")
     sampling = read_sampling(read, ENGINE_NAMES, max_tokens)
-    stop_words = [decode_word(w) for w in _word_list(read, "stop_words_list")]
+    stop_ids = _word_list(read, "stop_words_list")
     bad_words = _word_list(read, "bad_words_list")
-    for w in bad_words:
-        check("bad_words_list", all(0 <= t < vocab_size for t in w), f"token ids must lie in [0, {vocab_size})")
+    for name, lists in (("stop_words_list", stop_ids), ("bad_words_list", bad_words)):
+        for w in lists:
+            check(name, all(0 <= t < vocab_size for t in w), f"token ids must lie in [0, {vocab_size})")
+    stop_words = [decode_word(w) for w in stop_ids]
+    check("stop_words_list", sum(map(len, stop_words)) <= MAX_TOTAL_CHARS,
+          f"the stop words decode to more than {MAX_TOTAL_CHARS} characters in all")
     params = SamplingParams(max_new_tokens=max_tokens, end_ids=(end_id,) if end_id is not None else default_end_ids,
                             stop_words=[w for w in stop_words if w], bad_words=bad_words, **sampling)
     return EngineRequest(

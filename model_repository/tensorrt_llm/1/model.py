@@ -1,26 +1,25 @@
 """tensorrt_llm (engine: torch): the token-level contract over llmserve's in-flight batching engine.
 
-Decoupled: execute() only validates and enqueues; the engine thread sends each response."""
+Decoupled: execute() only validates and enqueues; the engine thread sends each response. Every
+request is handled on its own: one that fails (a bad input, a full queue, anything unexpected)
+gets its own error and never fails its batch neighbours. A request with `stop` true cancels the
+requests that carry its request id (upstream's cancel-by-id; postprocessing sends it when the
+ensemble request was cancelled). The engine's health drives the server's: see
+llmserve/pipeline/health.py."""
 
 import json
 import threading
 
 import triton_python_backend_utils as pb_utils
 
-from llmserve.errors import EngineBusy
-from llmserve.finish import FinishReason
+from llmserve.errors import RequestError
 from llmserve.pipeline.engine_service import EngineService
+from llmserve.pipeline.health import StubWatchdog
 from llmserve.pipeline.metrics import EngineMetrics
 from llmserve.pipeline.options import EngineOptions
-from llmserve.pipeline.triton_glue import error_response, parameters, reader, tensors
+from llmserve.pipeline.triton_glue import StreamSender, error_response, failure_code, parameters, reader, tensors
+from llmserve.request.token_request import is_stop_request
 from llmserve.text.tokenizer import resolve_dir
-
-
-def error_code(failure: FinishReason):
-    """How a request the engine could not finish is answered. (A function: pb_utils.TritonError
-    does not exist yet while Triton imports this file to auto-complete the config.)"""
-    return {FinishReason.CANCELLED: pb_utils.TritonError.CANCELLED,
-            FinishReason.TIMEOUT: pb_utils.TritonError.UNAVAILABLE}.get(failure, pb_utils.TritonError.INTERNAL)
 
 
 class TritonPythonModel:
@@ -29,59 +28,62 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
         self.service = EngineService(EngineOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo)))
         self.metrics = EngineMetrics(pb_utils, self.service.engine, labels={"model": args["model_name"]})
+        self.watchdog = StubWatchdog(args.get("model_instance_name", args["model_name"])).start(
+            self.service.engine.health)
+
+    def _stop(self, request) -> None:
+        key = request.request_id()
+        if not key:
+            raise RequestError("stop", "a stop request must carry the request id of the request to cancel")
+        self.service.stop(key)
 
     def execute(self, requests):
         if not self.decoupled:
             return self._execute_unary(requests)
         for request in requests:
-            sender = request.get_response_sender()
+            send = StreamSender(pb_utils, request)  # sends only the requested outputs (see triton_glue.tensors)
             try:
-                req = self.service.parse(reader(pb_utils, request))
-                self.service.submit(req, self._sender(sender), sender.is_cancelled)
-            except (ValueError, EngineBusy) as e:
-                sender.send(error_response(pb_utils, e), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                read = reader(pb_utils, request)
+                if is_stop_request(read):
+                    self._stop(request)
+                    send(None, True)  # upstream answers a stop with one empty final response
+                    continue
+                req = self.service.parse(read)
+                self.service.submit(req, send, send.is_cancelled, key=request.request_id())
+            except Exception as e:  # this request only; its neighbours in the batch go on
+                send.fail(e)
         return None
-
-    def _sender(self, sender):
-        def send(outputs, final, failure, message):
-            flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
-            if failure is not None:
-                code = error_code(failure)
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code)), flags=flags)
-            elif outputs is None:
-                sender.send(flags=flags)
-            else:
-                sender.send(pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs)), flags=flags)
-
-        return send
 
     def _execute_unary(self, requests):
         """Non-decoupled deployments (serving.streaming: false): wait for every request of the batch;
         the engine still batches them together."""
         responses, done = [None] * len(requests), []
         for i, request in enumerate(requests):
-            try:
-                req = self.service.parse(reader(pb_utils, request))
-                req.streaming = False
-            except ValueError as e:
-                responses[i] = error_response(pb_utils, e)
-                continue
             event = threading.Event()
 
-            def send(outputs, final, failure, message, i=i, event=event):
-                responses[i] = (error_response(pb_utils, RuntimeError(message)) if failure else
+            def send(outputs, final, failure=None, message=None, i=i, event=event):
+                responses[i] = (pb_utils.InferenceResponse(error=pb_utils.TritonError(message, failure_code(pb_utils, failure)))
+                                if failure else
                                 pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs or {})))
                 event.set()
 
             try:
-                self.service.submit(req, send, lambda: False)
+                read = reader(pb_utils, request)
+                if is_stop_request(read):
+                    self._stop(request)
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=[])
+                    continue
+                req = self.service.parse(read)
+                req.streaming = False
+                self.service.submit(req, send, lambda: False, key=request.request_id())
                 done.append(event)
-            except EngineBusy as e:
+            except Exception as e:  # this request only
                 responses[i] = error_response(pb_utils, e)
         for event in done:
             event.wait()
         return responses
 
     def finalize(self):
+        self.watchdog.close()  # a clean shutdown, not a death
         self.metrics.close()
         self.service.shutdown()
