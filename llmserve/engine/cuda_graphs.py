@@ -14,13 +14,19 @@ step with one launch, but needs static shapes and addresses. The static KV cache
   each row's future and padding), so short sequences do not pay for the longest possible one.
 
 One graph is captured per (batch bucket, kv bucket) up front, largest first, sharing one memory
-pool. Attention is written out (GQA as a batched matmul over [rows, kv heads, group, ...]) so the
-cache is read once, without the repeat that SDPA's GQA fallback would make. `DecodeGraphs` also
-runs eagerly (capture=False) so the same code path is unit-testable on a CPU."""
+pool. GQA attention runs over [rows, kv heads, group, head_dim] so the cache is read once, without
+the repeat that SDPA's GQA fallback would make.
+
+The host side of a step is one copy in and one copy out, with one synchronisation: the tokens and
+positions of every row go to the GPU in one pinned buffer, and the graph itself computes each row's
+greedy token and its log-probability, so the host reads back two numbers per row, not the logits
+(which stay on the GPU for the rows that sample or need penalties). `DecodeGraphs` also runs
+eagerly (capture=False) so the same code path is unit-testable on a CPU."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -49,48 +55,102 @@ def _pick(buckets: list[int], n: int) -> int:
     raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
 
 
+@dataclass(frozen=True)
+class GraphOptions:
+    """Variants of the captured step; the defaults are the fastest measured (docs/perf-gpu.md,
+    scripts/h200/step_profile.py times each)."""
+
+    sdpa: bool = True
+    """Attention as one fused SDPA call over [rows, kv heads, group, head_dim] with a boolean mask,
+    instead of written-out matmul / softmax / matmul (5 kernels a layer)."""
+    fused_rope: bool = True
+    """Rotate q and k together (one set of rotary kernels a layer instead of two)."""
+
+
+@dataclass
+class DecodeResult:
+    """One decode step: the greedy token and its log-probability per input row, and the logits
+    (on the device, valid until the next step) for the rows that need more than argmax."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    _logits: torch.Tensor  # [Bb, vocab] float32, row = cache slot
+    _slots: list[int]
+
+    def logits(self, rows: list[int]) -> torch.Tensor:
+        """Logits [len(rows), vocab] of the given input rows (indices into the step's inputs)."""
+        idx = torch.tensor([self._slots[r] for r in rows], device=self._logits.device)
+        return self._logits[idx]
+
+
 class DecodeGraphs:
-    def __init__(self, model, capture: bool = True):
+    def __init__(self, model, capture: bool = True, options: GraphOptions = GraphOptions()):
         self.m = model
+        self.options = options
         dev = model.device
+        n = model.max_slots
         self.scratch = model.max_seq_len  # the extra cache position no query attends to
-        self.tokens = torch.zeros(model.max_slots, dtype=torch.long, device=dev)
-        self.positions = torch.full((model.max_slots,), self.scratch, dtype=torch.long, device=dev)
-        self.batch_buckets = batch_buckets(model.max_slots)
+        # Static inputs of every graph: [0] the token of each row, [1] its position.
+        self.inputs = torch.zeros((2, n), dtype=torch.long, device=dev)
+        self.inputs[1].fill_(self.scratch)
+        pin = dev.type == "cuda"
+        self.host_in = torch.zeros((2, n), dtype=torch.long, pin_memory=pin)
+        self.host_out = torch.zeros(2 * n, dtype=torch.float64, pin_memory=pin)
+        self.batch_buckets = batch_buckets(n)
         self.kv_buckets = kv_buckets(model.max_seq_len)
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # (B, kb) -> (graph, logits [B, V], picked [2, B]: greedy token and its log-prob per row)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self.captured = capture and dev.type == "cuda"
         if self.captured:
             self._capture_all()
 
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.inputs[0]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.inputs[1]
+
     # --- the step body: static shapes, reads the static input buffers ------------------------
-    def _body(self, B: int, kb: int) -> torch.Tensor:
-        m, cfg, w = self.m, self.m.cfg, self.m.w
+    def _body(self, B: int, kb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        m, cfg, w, opt = self.m, self.m.cfg, self.m.w, self.options
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         g = nh // nkv
-        tokens, positions = self.tokens[:B], self.positions[:B]
+        tokens, positions = self.inputs[0, :B], self.inputs[1, :B]
         rows = torch.arange(B, device=tokens.device)
         x = F.embedding(tokens, w["embed_tokens.weight"])  # [B, H]
         cos, sin = m.cos[positions].unsqueeze(1), m.sin[positions].unsqueeze(1)  # [B, 1, D]
         key_pos = torch.arange(kb, device=tokens.device)
-        # [B, 1, 1, kb]: additive mask, 0 where visible
-        bias = torch.where(key_pos.view(1, kb) <= positions.view(B, 1), 0.0, float("-inf")).view(B, 1, 1, kb)
+        visible = (key_pos.view(1, kb) <= positions.view(B, 1)).view(B, 1, 1, kb)
+        bias = None if opt.sdpa else torch.where(visible, 0.0, float("-inf"))  # additive, 0 where visible
         scale = 1.0 / math.sqrt(hd)
 
-        def attend(i, q, k, v):
-            q = rotate(q.view(B, nh, hd), cos, sin)
-            k = rotate(k.view(B, nkv, hd), cos, sin)
+        def attend(i, qkv):
+            if opt.fused_rope:
+                qk = rotate(qkv[:, : (nh + nkv) * hd].view(B, nh + nkv, hd), cos, sin)
+                q, k = qk[:, :nh], qk[:, nh:]
+            else:
+                q = rotate(qkv[:, : nh * hd].view(B, nh, hd), cos, sin)
+                k = rotate(qkv[:, nh * hd: (nh + nkv) * hd].view(B, nkv, hd), cos, sin)
             m.k_cache[i][rows, :, positions] = k
-            m.v_cache[i][rows, :, positions] = v.view(B, nkv, hd)
+            m.v_cache[i][rows, :, positions] = qkv[:, (nh + nkv) * hd:].view(B, nkv, hd)
             keys = m.k_cache[i][:B, :, :kb]  # views [B, nkv, kb, hd]
             values = m.v_cache[i][:B, :, :kb]
-            scores = torch.matmul(q.view(B, nkv, g, hd), keys.transpose(-1, -2)).float() * scale + bias
-            probs = torch.softmax(scores, dim=-1).to(values.dtype)
-            return torch.matmul(probs, values).reshape(B, nh * hd)  # [B, nkv, g, hd] -> [B, nh*hd]
+            q = q.reshape(B, nkv, g, hd)  # the group's query heads as the "query positions" of a kv head
+            if opt.sdpa:
+                a = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
+            else:
+                scores = torch.matmul(q, keys.transpose(-1, -2)).float() * scale + bias
+                a = torch.matmul(torch.softmax(scores, dim=-1).to(values.dtype), values)
+            return a.reshape(B, nh * hd)  # [B, nkv, g, hd] -> [B, nh*hd]
 
         for i in range(cfg.num_layers):
             x = decoder_layer(x, w, i, cfg, attend)
-        return logits(x, w, cfg)
+        out = logits(x, w, cfg)
+        token = out.argmax(-1)
+        logprob = out.gather(1, token.unsqueeze(1)).squeeze(1) - torch.logsumexp(out, dim=-1)
+        return out, torch.stack((token.double(), logprob.double()))
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
@@ -104,22 +164,37 @@ class DecodeGraphs:
                     self._body(B, kb)  # warm-up outside the graph (allocator, cuBLAS handles)
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                        out = self._body(B, kb)
-                    self.graphs[(B, kb)] = (graph, out)
+                        out, picked = self._body(B, kb)
+                    self.graphs[(B, kb)] = (graph, out, picked)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
 
     # --- one decode step -----------------------------------------------------------------------
-    def decode(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, kv_len: int) -> torch.Tensor:
-        """tokens, positions: [n, 1]; slots: [n] -> logits [n, vocab] float32 (rows in the given order)."""
-        top = int(slots.max()) + 1
-        B, kb = _pick(self.batch_buckets, top), _pick(self.kv_buckets, kv_len)
-        self.positions[:B].fill_(self.scratch)
-        self.tokens[slots] = tokens.view(-1)
-        self.positions[slots] = positions.view(-1)
+    @torch.inference_mode()
+    def step(self, slots: list[int], tokens: list[int], positions: list[int], kv_len: int) -> DecodeResult:
+        """Rows `slots` feed `tokens` at `positions` (host lists, one entry per decoding sequence)."""
+        B, kb = _pick(self.batch_buckets, max(slots) + 1), _pick(self.kv_buckets, kv_len)
+        host = self.host_in.numpy()
+        host[0, :B] = 0
+        host[1, :B] = self.scratch
+        host[0, slots] = tokens
+        host[1, slots] = positions
+        # Safe to refill next step: that step starts after this one's read-back, which follows this copy.
+        self.inputs.copy_(self.host_in, non_blocking=True)
         if self.captured:
-            graph, out = self.graphs[(B, kb)]
+            graph, out, picked = self.graphs[(B, kb)]
             graph.replay()
         else:
-            out = self._body(B, kb)
-        return out[slots]
+            out, picked = self._body(B, kb)
+        back = self.host_out[: 2 * B]
+        back.copy_(picked.view(-1), non_blocking=True)
+        if self.captured:
+            torch.cuda.current_stream().synchronize()  # the step's one synchronisation
+        values = back.numpy()
+        return DecodeResult(tokens=values[:B][slots].astype("int64").tolist(), logprobs=values[B:][slots].tolist(),
+                            _logits=out, _slots=list(slots))
+
+    def decode(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, kv_len: int) -> torch.Tensor:
+        """Tensor form of step(): tokens, positions [n, 1]; slots [n] -> logits [n, vocab] float32."""
+        r = self.step(slots.tolist(), tokens.view(-1).tolist(), positions.view(-1).tolist(), kv_len)
+        return r.logits(list(range(len(r.tokens))))

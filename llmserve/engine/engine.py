@@ -189,20 +189,41 @@ class Engine:
         slots = torch.tensor([s.slot for s in seqs])
         logits = self.model.forward(tokens.to(dev), slots.to(dev), positions.to(dev), last.to(dev), width)
         self.stats.prompt_tokens += sum(len(s.prompt) for s in seqs)
-        self._accept(seqs, logits)
+        self._accept(self._sample(seqs, logits))
 
     def _decode(self, seqs: list[Sequence]) -> None:
-        dev = self.model.device
-        tokens = torch.tensor([[s.generated[-1]] for s in seqs], device=dev)
-        positions = torch.tensor([[s.position] for s in seqs], device=dev)
-        slots = torch.tensor([s.slot for s in seqs], device=dev)
         kv_len = max(s.position for s in seqs) + 1
-        logits = self.model.forward(tokens, slots, positions, None, kv_len)
+        graphs = self.model.graphs
+        if graphs is None:
+            dev = self.model.device
+            tokens = torch.tensor([[s.generated[-1]] for s in seqs], device=dev)
+            positions = torch.tensor([[s.position] for s in seqs], device=dev)
+            slots = torch.tensor([s.slot for s in seqs], device=dev)
+            picked = self._sample(seqs, self.model.forward(tokens, slots, positions, None, kv_len))
+        else:
+            picked = self._decode_graph(graphs, seqs, kv_len)
         self.stats.last_batch_size = len(seqs)
         self.stats.max_batch_size_seen = max(self.stats.max_batch_size_seen, len(seqs))
         self.stats.batched_steps += len(seqs) > 1
         self.stats.steps += 1
-        self._accept(seqs, logits)
+        self._accept(picked)
+
+    def _decode_graph(self, graphs, seqs: list[Sequence], kv_len: int) -> list[tuple[Sequence, int, float]]:
+        """The step's graph already computed every row's greedy token: rows that only need argmax
+        take it (one read-back of two numbers per row); the others sample from the logits. A row
+        still short of min_tokens whose argmax is an end token also re-samples (with the end
+        tokens masked): argmax over the masked logits is the argmax unless that is masked."""
+        res = graphs.step([s.slot for s in seqs], [s.generated[-1] for s in seqs], [s.position for s in seqs], kv_len)
+        picked, slow = [], []
+        for i, s in enumerate(seqs):
+            p, tok = s.params, res.tokens[i]
+            if p.greedy and p.plain and not (tok in p.end_ids and len(s.generated) < p.min_tokens):
+                picked.append((s, tok, res.logprobs[i]))
+            else:
+                slow.append(i)
+        if slow:
+            picked += self._sample([seqs[i] for i in slow], res.logits(slow))
+        return picked
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, int, float]]:
         try:
@@ -219,9 +240,9 @@ class Engine:
                     self._finish(s, FinishReason.ERROR, f"sampling failed: {e}")
             return picked
 
-    def _accept(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+    def _accept(self, picked: list[tuple[Sequence, int, float]]) -> None:
         now = time.monotonic()
-        for seq, tok, lp in self._sample(seqs, logits):
+        for seq, tok, lp in picked:
             self.stats.generated_tokens += 1
             p = seq.params
             if tok in p.end_ids and len(seq.generated) >= p.min_tokens:

@@ -24,19 +24,18 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotated * sin
 
 
-# attend(layer, q, k, v) -> attention output [..., num_heads * head_dim]. q/k/v are the raw
-# projections [..., heads * head_dim]; the callee rotates them, writes k/v into the cache and attends.
-Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# attend(layer, qkv) -> attention output [..., num_heads * head_dim]. qkv is the raw fused projection
+# [..., (num_heads + 2 * num_kv_heads) * head_dim] (q, then k, then v); the callee splits and rotates
+# it, writes k/v into the cache and attends.
+Attend = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], i: int, cfg, attend: Attend) -> torch.Tensor:
     """One pre-norm decoder layer over hidden states x [..., hidden] with fused qkv and gate/up weights."""
     p = f"layers.{i}."
-    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
     qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
-    q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-    x = x + F.linear(attend(i, q, k, v), w[p + "self_attn.o_proj.weight"])
+    x = x + F.linear(attend(i, qkv), w[p + "self_attn.o_proj.weight"])
     h = rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
     gate, up = F.linear(h, w[p + "gate_up"]).chunk(2, dim=-1)
     return x + F.linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])

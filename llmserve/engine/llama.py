@@ -130,7 +130,8 @@ class LlamaModel:
         mask = (key_pos.view(1, 1, 1, kv_len) <= positions.view(B, 1, S, 1))
         rows = slots.view(B, 1).expand(B, S)
 
-        def attend(i, q, k, v):
+        def attend(i, qkv):
+            q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
             q = rotate(q.view(B, S, nh, hd).transpose(1, 2), cos, sin)
             k = rotate(k.view(B, S, nkv, hd).transpose(1, 2), cos, sin)
             v = v.view(B, S, nkv, hd).transpose(1, 2)
