@@ -1,8 +1,9 @@
 """Serve a spec in the foreground: build the checkpoint if missing, generate the repository, start
-tritonserver, say when it is ready. SIGINT/SIGTERM go to tritonserver, which drains in-flight
-requests (up to serving.exit_timeout_s) before it exits.
+tritonserver and the OpenAI-compatible frontend next to it (openai.port, default 9000; off with
+`openai.enabled: false` or --no-openai), say when they are ready. SIGINT/SIGTERM go to both;
+tritonserver drains in-flight requests (up to serving.exit_timeout_s) before it exits.
 
-    python -m llmserve.deploy.serve --spec specs/default.yaml [--http-port 8000 --grpc-port 8001 --metrics-port 8002]
+    python -m llmserve.deploy.serve --spec specs/default.yaml [--http-port 8000 --grpc-port 8001 --metrics-port 8002 --openai-port 9000]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from ..checkpoint import build_checkpoint
 from ..repository.writer import check_repository, spec_label, write_repository
+from ..openai_api.process import FrontendProcess
 from ..spec import DEFAULT_SPEC, ROOT, SpecError, load_spec
 from .tritonserver import TritonProcess
 
@@ -40,6 +42,8 @@ def main(argv=None) -> int:
     ap.add_argument("--http-port", type=int)
     ap.add_argument("--grpc-port", type=int)
     ap.add_argument("--metrics-port", type=int)
+    ap.add_argument("--openai-port", type=int, help="the OpenAI-compatible frontend (default: openai.port)")
+    ap.add_argument("--no-openai", action="store_true", help="tritonserver only")
     args = ap.parse_args(argv)
     try:
         spec = load_spec(args.spec)
@@ -53,8 +57,20 @@ def main(argv=None) -> int:
     server = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=s.exit_timeout_s)
     print(f"[serve] starting tritonserver on HTTP :{http}, gRPC :{grpc}, metrics :{metrics} with {repo}", flush=True)
     server.start()
+    frontend = None
+    if spec.openai.enabled and not args.no_openai:
+        oport = args.openai_port or spec.openai.port
+        frontend = FrontendProcess(Path(args.spec).resolve(), port=oport, host=spec.openai.bind,
+                                   triton=[f"127.0.0.1:{grpc}"]).start()
+        print(f"[serve] starting the OpenAI frontend on :{oport} (/v1)", flush=True)
+
+    def forward(signum, _):
+        server.proc.send_signal(signum)
+        if frontend is not None:
+            frontend.proc.send_signal(signum)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, _: server.proc.send_signal(signum))
+        signal.signal(sig, forward)
 
     def announce():
         try:
@@ -62,7 +78,16 @@ def main(argv=None) -> int:
         except (RuntimeError, TimeoutError) as e:
             print(f"[serve] {e}", file=sys.stderr, flush=True)
             return
-        print(f"\n[serve] ready. Try:\n  curl -s localhost:{http}/v2/models/ensemble/generate "
+        openai = ""
+        if frontend is not None:
+            try:
+                frontend.wait_ready(timeout_s=120)
+                openai = (f"  curl -s localhost:{frontend.port}/v1/chat/completions -H 'Content-Type: application/json' "
+                          f"-d '{{\"model\": \"{spec.openai.served_model_name or spec.name}\", \"messages\": "
+                          f"[{{\"role\": \"user\", \"content\": \"What is the capital of France?\"}}]}}'\n")
+            except (RuntimeError, TimeoutError) as e:
+                print(f"[serve] {e}", file=sys.stderr, flush=True)
+        print(f"\n[serve] ready. Try:\n{openai}  curl -s localhost:{http}/v2/models/ensemble/generate "
               f"-d '{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
               f"  curl -sN localhost:{http}/v2/models/ensemble/generate_stream "
               f"-d '{{\"text_input\": \"Write a haiku about the sea.\", \"max_tokens\": 48, \"stream\": true}}'\n",
@@ -70,6 +95,8 @@ def main(argv=None) -> int:
 
     threading.Thread(target=announce, daemon=True).start()
     server.proc.wait()
+    if frontend is not None:
+        frontend.stop()
     return server.stop()  # also ends Python stubs that outlived tritonserver
 
 

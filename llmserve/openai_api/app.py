@@ -1,0 +1,181 @@
+"""The HTTP surface (FastAPI on uvicorn): /v1/chat/completions, /v1/completions, /v1/models,
+/health, /metrics.
+
+Errors are answered in OpenAI's format with OpenAI's statuses: 400 for anything wrong in the
+request (malformed JSON included), 401 without a valid key, 404 for an unknown model or path,
+503 with Retry-After when every Triton server is busy or down, 504 when the engine's request
+timeout ran out. A stream reports errors that happen before its first token with these statuses
+too (the response starts only once the first piece is there); later ones, which the failover could
+not absorb, arrive as an `error` event, which the `openai` SDK raises.
+
+A client that hangs up (streaming or not) ends its request at once: the gRPC call to Triton is
+cancelled and the engine is told to stop it (see triton.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from contextlib import aclosing, asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException
+
+from .auth import KeyCheck
+from .errors import APIError, bad_request
+from .protocol import ChatCompletionRequest, CompletionRequest
+from .responses import CHAT, COMPLETION, DONE, Shape, dumps, sse
+from .service import Run, Service
+
+JSON = "application/json"
+
+
+class ClientGone(Exception):
+    pass
+
+
+def error_response(e: APIError) -> Response:
+    return Response(dumps(e.body()), status_code=e.status, media_type=JSON, headers=e.headers())
+
+
+async def until_disconnect(request: Request, awaitable):
+    """Await `awaitable` unless the client hangs up first (then cancel it and raise ClientGone)."""
+    task = asyncio.ensure_future(awaitable)
+
+    async def watch():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        watcher.cancel()
+    if task.cancelled():
+        raise ClientGone()
+    return task.result()
+
+
+def create_app(service: Service, keys: KeyCheck) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.close()
+
+    app = FastAPI(title="llmserve OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    @app.exception_handler(APIError)
+    async def _api_error(_request, e: APIError):
+        return error_response(e)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request, e: HTTPException):
+        msg = "Not found." if e.status_code == 404 else str(e.detail)
+        return error_response(APIError(e.status_code, msg))
+
+    @app.exception_handler(Exception)
+    async def _internal(_request, e: Exception):
+        return error_response(APIError(500, f"internal error: {type(e).__name__}"))
+
+    @app.get("/health")
+    async def health():
+        # Ready when at least one Triton server is: HAProxy's check for the frontend.
+        if service.client.ready():
+            return Response(b'{"status":"ok"}', media_type=JSON)
+        return Response(b'{"status":"no Triton server ready"}', status_code=503, media_type=JSON)
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        keys.check(request.headers.get("authorization"))
+        return JSONResponse({"object": "list", "data": [service.model_card()]})
+
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str, request: Request):
+        keys.check(request.headers.get("authorization"))
+        service.check_model(name)
+        return JSONResponse(service.model_card())
+
+    async def complete(request: Request, kind: type):
+        arrival = time.monotonic()
+        keys.check(request.headers.get("authorization"))
+        raw = await request.body()
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise bad_request(None, f"We could not parse the JSON body of your request ({e}).") from None
+        req, prompt = await service.prepare(kind, data)
+        chat = kind is ChatCompletionRequest
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        shape = Shape(CHAT if chat else COMPLETION, rid, int(time.time()), req.model)
+        run = Run(service, req, prompt, rid, arrival)
+        if not req.stream:
+            try:
+                text = await until_disconnect(request, run.collect())
+            except ClientGone:
+                return Response(status_code=499)  # nobody reads it
+            return Response(dumps(shape.whole(text, run.finish_reason, run.usage())), media_type=JSON)
+        gen = run.pieces()
+        try:
+            first = await until_disconnect(request, anext(gen, None))
+        except ClientGone:
+            await gen.aclose()
+            return Response(status_code=499)
+        except APIError:
+            await gen.aclose()
+            raise
+        return StreamingResponse(events(run, shape, req, first, gen), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def events(run: Run, shape: Shape, req, first, gen) -> AsyncIterator[bytes]:
+        with_usage = req.include_usage
+        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+        chat = shape.kind == CHAT
+
+        def chunk(text, reason=None, first_chunk=False):
+            obj = shape.chunk(text, reason, first=first_chunk, with_usage=with_usage)
+            if continuous:
+                obj["usage"] = run.usage()
+            return sse(obj)
+
+        try:
+            if chat:
+                yield chunk("", first_chunk=True)
+            piece = first
+            while piece is not None:
+                if piece.text:
+                    yield chunk(piece.text)
+                piece = await anext(gen, None)
+            yield chunk(None if chat else "", run.finish_reason)
+            if with_usage:
+                yield sse(shape.usage_chunk(run.usage()))
+            yield DONE
+        except APIError as e:
+            yield sse(e.body())
+            yield DONE
+        finally:
+            await gen.aclose()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await complete(request, ChatCompletionRequest)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await complete(request, CompletionRequest)
+
+    return app

@@ -1,0 +1,28 @@
+"""Frontend settings from a spec (one place; the CLI only overrides ports and endpoints)."""
+
+from __future__ import annotations
+
+from ..spec import Spec, resolve
+from .auth import load_keys
+from .prompts import Limits
+from .service import Settings
+
+
+def settings_from_spec(spec: Spec, endpoints: list[str]) -> Settings:
+    o, e = spec.openai, spec.engine
+    default_max = o.default_max_tokens or e.max_output_len
+    if default_max > e.max_output_len:
+        raise ValueError(f"openai.default_max_tokens ({default_max}) exceeds engine.max_output_len ({e.max_output_len})")
+    keys = load_keys(o.api_keys, o.api_keys_env, resolve(o.api_keys_file) if o.api_keys_file else None)
+    return Settings(
+        model=o.served_model_name or spec.name,
+        tokenizer_dir=str(spec.checkpoint_path()),
+        endpoints=endpoints,
+        limits=Limits(max_input_len=e.max_input_len, max_output_len=e.max_output_len, default_max_tokens=default_max),
+        add_special_tokens=spec.tokenizer.add_special_tokens,
+        trust_remote_code=spec.model.trust_remote_code,
+        api_keys=keys,
+        idle_timeout_s=o.idle_timeout_s or spec.serving.request_timeout_s + 30,
+        max_attempts=o.max_attempts,
+        health_interval_s=o.health_interval_ms / 1000,
+    )

@@ -1,0 +1,79 @@
+"""From a validated request to the text the ensemble gets, its exact token count and its budget.
+
+Chat messages go through the checkpoint's own chat template (transformers' `apply_chat_template`,
+tokenizer loaded from local files only), then reach the ensemble with `apply_chat_template=false`:
+the template is applied once, here, for any number of turns and roles. The prompt is counted with
+the same tokenizer call preprocessing makes for a raw prompt (`add_special_tokens` from the spec),
+so `usage.prompt_tokens` is the number of tokens the engine prefills."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from jinja2 import TemplateError
+
+from ..text.tokenizer import load_hf_tokenizer
+from .errors import bad_request
+from .protocol import ChatCompletionRequest, CompletionRequest, Message
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_input_len: int
+    max_output_len: int
+    default_max_tokens: int
+
+
+@dataclass
+class Prompt:
+    text: str
+    """What the ensemble gets as text_input (apply_chat_template=false)."""
+    tokens: int
+    max_tokens: int
+    min_tokens: Optional[int] = None
+    stop: list[str] = field(default_factory=list)
+
+
+class PromptBuilder:
+    def __init__(self, tokenizer_dir: str, limits: Limits, *, add_special_tokens: bool = False,
+                 trust_remote_code: bool = False):
+        self.tok = load_hf_tokenizer(tokenizer_dir, trust_remote_code)
+        self.limits, self.add_special_tokens = limits, add_special_tokens
+        self.has_chat_template = bool(self.tok.chat_template)
+
+    def render_chat(self, messages: list[Message]) -> str:
+        if not self.has_chat_template:
+            raise bad_request("messages", "this model has no chat template; use /v1/completions")
+        # OpenAI's "developer" role is the newer name of "system"; templates know "system".
+        turns = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
+        try:
+            return self.tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        except TemplateError as e:  # a template may refuse an order of roles (its raise_exception)
+            raise bad_request("messages", f"the model's chat template refused these messages: {e}") from None
+
+    def count(self, text: str) -> int:
+        return len(self.tok(text, add_special_tokens=self.add_special_tokens)["input_ids"])
+
+    def build(self, req: ChatCompletionRequest | CompletionRequest) -> Prompt:
+        if isinstance(req, ChatCompletionRequest):
+            text, where = self.render_chat(req.messages), "messages"
+        else:
+            text, where = req.prompt_text(), "prompt"
+            if not text.strip():
+                raise bad_request("prompt", "the prompt must not be empty")
+        if any(w == "" for w in req.stop_words()):
+            raise bad_request("stop", "stop sequences must not be empty")
+        n = self.count(text)
+        lim = self.limits
+        if n > lim.max_input_len:
+            raise bad_request(where, f"This model's maximum prompt length is {lim.max_input_len} tokens; "
+                                     f"this prompt has {n} tokens.", code="context_length_exceeded")
+        asked, name = req.requested_max_tokens()
+        max_tokens = lim.default_max_tokens if asked is None else asked
+        if not 1 <= max_tokens <= lim.max_output_len:
+            raise bad_request(name, f"'{name}' must be in [1, {lim.max_output_len}], got {max_tokens}")
+        min_tokens = max_tokens if req.ignore_eos else req.min_tokens
+        if min_tokens is not None and min_tokens > max_tokens:
+            raise bad_request("min_tokens", f"'min_tokens' ({min_tokens}) must not exceed {name} ({max_tokens})")
+        return Prompt(text=text, tokens=n, max_tokens=max_tokens, min_tokens=min_tokens, stop=req.stop_words())

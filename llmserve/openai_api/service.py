@@ -1,0 +1,165 @@
+"""One completion, from a parsed request to pieces of text, with usage, finish reason and metrics.
+
+The ensemble gets the rendered prompt (`apply_chat_template=false`) and streams (`stream=true`);
+`return_log_probs=true` makes every response carry one log-probability per token, which is how
+tokens are counted exactly (the C++ TensorRT-LLM backend sends them only when asked).
+
+finish_reason: the engine ends a request at the end token or a stop word ("stop") or when it has
+generated `max_tokens` ("length"); the end token and a stop word's tokens are not output, so
+"length" is exactly "as many tokens out as max_tokens"."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Optional
+
+from .errors import APIError
+from .metrics import Metrics
+from .prompts import Limits, Prompt, PromptBuilder
+from .protocol import ChatCompletionRequest, CompletionRequest, parse
+from .responses import usage
+from .triton import EnsembleClient, Piece, Trace
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    """The served model name (`model` in requests and /v1/models)."""
+    tokenizer_dir: str
+    endpoints: list[str]
+    """Triton gRPC host:port, one per server."""
+    limits: Limits
+    add_special_tokens: bool = False
+    trust_remote_code: bool = False
+    api_keys: list[str] = field(default_factory=list)
+    idle_timeout_s: float = 630
+    max_attempts: int = 6
+    health_interval_s: float = 0.5
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+class Run:
+    """One request's generation: iterate `pieces()` once (or `collect()`)."""
+
+    def __init__(self, service: "Service", req, prompt: Prompt, request_id: str, arrival: float):
+        self.service, self.req, self.prompt, self.id, self.arrival = service, req, prompt, request_id, arrival
+        self.trace = Trace()
+        self.first_at: Optional[float] = None
+        self.done = False
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.trace.tokens
+
+    @property
+    def finish_reason(self) -> str:
+        return "length" if self.trace.tokens >= self.prompt.max_tokens else "stop"
+
+    def usage(self) -> dict:
+        return usage(self.prompt.tokens, self.trace.tokens)
+
+    async def pieces(self) -> AsyncIterator[Piece]:
+        s, m = self.service, self.service.metrics
+        m.running.inc()
+        outcome: Optional[str] = "abort"  # unless it ends normally or with an error
+        last = None
+        try:
+            async with aclosing(s.client.generate(s.ensemble_body(self.req, self.prompt), self.id, self.trace)) as gen:
+                async for p in gen:
+                    now = time.monotonic()
+                    if p.tokens:
+                        if self.first_at is None:
+                            self.first_at = now
+                            m.ttft.observe(now - self.arrival)
+                        elif last is not None:
+                            per = (now - last) / p.tokens
+                            for _ in range(p.tokens):
+                                m.itl.observe(per)
+                        last = now
+                    yield p
+            self.done = True
+            outcome = self.finish_reason
+        except APIError as e:
+            outcome = None
+            m.error(e.status)
+            raise
+        finally:
+            m.running.dec()
+            self._record(outcome)
+
+    def _record(self, outcome: Optional[str]) -> None:
+        m, t = self.service.metrics, self.trace
+        m.retries.inc(t.retries)
+        m.resumes.inc(t.resumes)
+        if t.dispatched_at is not None:
+            m.queue.observe(t.dispatched_at - self.arrival)
+        m.generation_tokens.inc(t.tokens)
+        if outcome is None:
+            return
+        m.success[outcome].inc()
+        if outcome != "abort":
+            m.e2e.observe(time.monotonic() - self.arrival)
+            m.prompt_tokens.inc(self.prompt.tokens)
+            m.req_prompt.observe(self.prompt.tokens)
+            m.req_generation.observe(t.tokens)
+
+    async def collect(self) -> str:
+        parts = []
+        async with aclosing(self.pieces()) as gen:
+            async for p in gen:
+                parts.append(p.text)
+        return "".join(parts)
+
+
+class Service:
+    def __init__(self, settings: Settings, *, builder: Optional[PromptBuilder] = None,
+                 client: Optional[EnsembleClient] = None):
+        self.settings = settings
+        self.builder = builder or PromptBuilder(settings.tokenizer_dir, settings.limits,
+                                                add_special_tokens=settings.add_special_tokens,
+                                                trust_remote_code=settings.trust_remote_code)
+        self.client = client or EnsembleClient(settings.endpoints, idle_timeout_s=settings.idle_timeout_s,
+                                               max_attempts=settings.max_attempts,
+                                               health_interval_s=settings.health_interval_s)
+        lim = settings.limits
+        self.metrics = Metrics(settings.model, lim.max_input_len + lim.max_output_len)
+
+    async def start(self) -> None:
+        await self.client.start()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def model_card(self) -> dict:
+        return {"id": self.settings.model, "object": "model", "created": self.settings.created,
+                "owned_by": "llmserve", "max_model_len": self.settings.limits.max_input_len
+                + self.settings.limits.max_output_len}
+
+    def check_model(self, name: str) -> None:
+        if name != self.settings.model:
+            raise APIError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+
+    async def prepare(self, kind: type, data) -> tuple[ChatCompletionRequest | CompletionRequest, Prompt]:
+        req = parse(kind, data)
+        self.check_model(req.model)
+        # Templating and tokenizing are CPU work: off the event loop, so streams keep flowing.
+        prompt = await asyncio.to_thread(self.builder.build, req)
+        return req, prompt
+
+    @staticmethod
+    def ensemble_body(req: ChatCompletionRequest | CompletionRequest, prompt: Prompt) -> dict:
+        body = {"text_input": prompt.text, "max_tokens": prompt.max_tokens, "stream": True,
+                "apply_chat_template": False, "exclude_input_in_output": True, "return_log_probs": True}
+        if prompt.stop:
+            body["stop_words"] = prompt.stop
+        if prompt.min_tokens:
+            body["min_tokens"] = prompt.min_tokens
+        for name in ("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
+                     "repetition_penalty"):
+            value = getattr(req, name)
+            if value is not None and not (name == "top_k" and value == -1):  # vLLM's -1: no top-k
+                body[name] = value
+        return body
