@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..checkpoint import build_checkpoint
+from ..openai_api.process import Frontends
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .haproxy import Backend, check_config, render
 from .serve import prepare_repository
@@ -174,7 +175,8 @@ class Cluster:
 
     def __init__(self, spec: Spec, repository: Path, workdir: Path, *, replicas: int | None = None,
                  replica_ports: list[tuple[int, int, int]] | None = None, lb_ports: tuple[int, int, int] | None = None,
-                 admin_key: str | None = None, extra: dict[int, list[str]] | None = None, haproxy: str = "haproxy"):
+                 admin_key: str | None = None, extra: dict[int, list[str]] | None = None, haproxy: str = "haproxy",
+                 openai_ports: list[int] | None = None):
         self.spec, self.workdir = spec, Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         n = replicas or spec.ha.replicas
@@ -182,6 +184,10 @@ class Cluster:
         self.replicas = [Replica(i, repository, ports[i], exit_timeout_s=spec.serving.exit_timeout_s,
                                  log_dir=self.workdir, admin_key=admin_key, extra=(extra or {}).get(i, []))
                          for i in range(n)]
+        # OpenAI frontends on openai_ports (one per port; none when None), each sending to every
+        # replica, behind HAProxy's `openai` frontend on openai.port.
+        self.frontends = (Frontends(spec, self.workdir, [f"{spec.ha.host}:{r.ports[1]}" for r in self.replicas],
+                                    openai_ports) if openai_ports is not None else None)
         ha = spec.ha
         self.http_port, self.grpc_port, self.stats_port = lb_ports or (ha.http_port, ha.grpc_port, ha.stats_port)
         self.socket = self.workdir / "haproxy.sock"
@@ -198,7 +204,8 @@ class Cluster:
                                              "stats_port": self.stats_port})
         spec = self.spec.model_copy(update={"ha": ha})
         backends = [Backend(r.name, self.spec.ha.host, r.ports[0], r.ports[1]) for r in self.replicas]
-        return render(spec, backends, label="spec " + self.spec.name, stats_socket=str(self.socket))
+        return render(spec, backends, label="spec " + self.spec.name, stats_socket=str(self.socket),
+                      openai=self.frontends.backends() if self.frontends else ())
 
     def start_replicas(self, timeout_s: float = 600) -> None:
         for r in self.replicas:
@@ -231,11 +238,17 @@ class Cluster:
 
     def start(self) -> "Cluster":
         self.start_replicas()
+        if self.frontends:
+            self.frontends.start()
         self.start_haproxy()
         self.wait_all_up()
+        if self.frontends:
+            self.frontends.wait_ready()
         return self
 
     def stop(self) -> None:
+        if self.frontends:  # first: their streams finish while the Triton servers are still up
+            self.frontends.stop()
         for r in self.replicas:
             r.stopping = True
         with ThreadPoolExecutor(len(self.replicas)) as ex:
@@ -275,6 +288,8 @@ class Cluster:
                     log(f"{r.name} exited ({r.process.proc.returncode}); starting it again")
                     r.start()
                     changed = True
+            if self.frontends:
+                self.frontends.supervise_once(log)
             if self.haproxy.poll() is not None:
                 log(f"haproxy exited ({self.haproxy.returncode}); stopping")
                 stop.set()
@@ -347,7 +362,9 @@ def main(argv=None) -> int:
     except (SpecError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cluster = Cluster(spec, repo, workdir)
+    o = spec.openai
+    cluster = Cluster(spec, repo, workdir, openai_ports=[o.base_port + i for i in range(spec.ha.replicas)]
+                      if o.enabled else None)
     if sub == "config":
         print(cluster.render(), end="")
         return 0
@@ -361,6 +378,8 @@ def main(argv=None) -> int:
         ha = spec.ha
         log(f"ready: HAProxy HTTP :{cluster.http_port}, gRPC :{cluster.grpc_port}, stats "
             f"http://localhost:{cluster.stats_port}/ (Prometheus /metrics); runtime API {cluster.socket}\n"
+            + (f"  OpenAI API: http://localhost:{spec.openai.port}/v1 ({len(cluster.replicas)} frontends behind HAProxy)\n"
+               if cluster.frontends else "") +
             f"  curl -s localhost:{cluster.http_port}/v2/models/ensemble/generate -d "
             f"'{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
             f"  python -m llmserve.deploy.cluster rolling-restart   # restart every server without errors\n"

@@ -78,7 +78,8 @@ def stream_timeout_s(spec: Spec) -> int:
 
 
 def render(spec: Spec, backends: list[Backend], *, label: str = "a spec", stats_socket: str | None = None,
-           pidfile: str | None = None) -> str:
+           pidfile: str | None = None, openai: list[tuple[str, str, int]] = ()) -> str:
+    """openai: (name, host, port) of OpenAI frontends to put behind an `openai` frontend on openai.port."""
     ha, chk = spec.ha, spec.ha.check
     sock = stats_socket if stats_socket is not None else str(resolve(ha.stats_socket))
     long_s = stream_timeout_s(spec)
@@ -170,6 +171,8 @@ def render(spec: Spec, backends: list[Backend], *, label: str = "a spec", stats_
           f"maxconn {ha.server_maxconn} maxqueue {ha.server_maxqueue}{slow}" for b in backends),
         "",
     ]
+    if openai:
+        lines += openai_section(spec, openai)
     out, prev_blank = [], False
     for line in lines:
         if line == "" and prev_blank:
@@ -178,6 +181,35 @@ def render(spec: Spec, backends: list[Backend], *, label: str = "a spec", stats_
             out.append(line)
         prev_blank = line == ""
     return "\n".join(out)
+
+
+def openai_section(spec: Spec, frontends: list[tuple[str, str, int]]) -> list[str]:
+    """HAProxy's frontend for the OpenAI API: /v1 and /health only, to frontends checked on /health
+    (200 when the frontend sees a ready Triton server). Retried elsewhere only before a response
+    started (a frontend itself resumes streams across Triton servers); no maxconn: one frontend
+    serves many streams at once."""
+    ha, chk = spec.ha, spec.ha.check
+    deny = ('{"error":{"message":"forbidden at the load balancer: only /v1 and /health are served",'
+            '"type":"permission_error","param":null,"code":null}}')
+    return [
+        "frontend openai",
+        f"    bind {ha.bind}:{spec.openai.port}",
+        "    option http-buffer-request",
+        "    acl openai_api path_beg /v1/",
+        "    acl openai_health path /health",
+        f"    http-request deny deny_status 403 content-type application/json string '{deny}' if !openai_api !openai_health",
+        "    default_backend openai",
+        "",
+        "backend openai",
+        "    balance leastconn",
+        "    option httpchk GET /health",
+        "    http-check expect status 200",
+        "    retry-on conn-failure empty-response junk-response",
+        "    http-reuse safe",
+        *(f"    server {name} {host}:{port} check inter {chk.interval_ms} fastinter {min(chk.fastinter_ms, chk.interval_ms)} "
+          f"downinter {chk.interval_ms} fall {chk.fall} rise {chk.rise}" for name, host, port in frontends),
+        "",
+    ]
 
 
 def check_config(path: Path, haproxy: str = "haproxy") -> None:

@@ -11,6 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
+import yaml
+
 
 def is_healthy(port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:
     try:
@@ -65,3 +67,54 @@ class FrontendProcess:
         except ProcessLookupError:
             pass
         return self.proc.wait()
+
+
+class Frontends:
+    """N frontends on 127.0.0.1:base_port + i for `serve.sh --replicas N`, each sending to every
+    Triton replica directly (so it can cancel a request on the server that holds it and pick the
+    least busy one itself); HAProxy's `openai` frontend balances clients over them. The spec is
+    written to the work directory, so a spec changed in memory (tests, --replicas) is the one served."""
+
+    def __init__(self, spec, workdir: Path, triton: list[str], ports: list[int]):
+        self.workdir = Path(workdir)
+        self.spec_path = self.workdir / "openai-spec.yaml"
+        self.spec, self.triton, self.ports = spec, triton, list(ports)
+        self.processes = [FrontendProcess(self.spec_path, port=p, triton=triton, log_path=self.workdir / f"openai{i}.log")
+                          for i, p in enumerate(self.ports)]
+        self.stopping = False
+
+    def backends(self) -> list[tuple[str, str, int]]:
+        """(name, host, port) for haproxy.render."""
+        return [(f"openai{i}", "127.0.0.1", p) for i, p in enumerate(self.ports)]
+
+    def start(self) -> "Frontends":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.spec_path.write_text(yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False))
+        for f in self.processes:
+            f.start()
+        return self
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        for f in self.processes:
+            f.wait_ready(timeout_s)
+
+    def pids(self) -> list[int]:
+        return [f.proc.pid for f in self.processes if f.proc is not None]
+
+    def supervise_once(self, say=print) -> bool:
+        """Start frontends that exited again; True if one was."""
+        restarted = False
+        for i, f in enumerate(self.processes):
+            if not self.stopping and f.proc is not None and not f.alive():
+                say(f"openai{i} exited ({f.proc.returncode}); starting it again")
+                f.start()
+                restarted = True
+        return restarted
+
+    def stop(self) -> None:
+        self.stopping = True
+        for f in self.processes:
+            if f.alive():
+                f.proc.send_signal(signal.SIGTERM)
+        for f in self.processes:
+            f.stop()
