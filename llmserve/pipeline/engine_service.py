@@ -42,10 +42,15 @@ class EngineService:
             decode_word=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
         )
 
-    def submit(self, req: EngineRequest, send: Send, is_cancelled: Callable[[], bool], key: str = "") -> Sequence:
-        """key: the Triton request id, which a later `stop` request names to cancel this one."""
+    def submit(self, req: EngineRequest, send: Send, is_cancelled: Callable[[], bool], key: str = "",
+               backlogged: Callable[[], bool] | None = None) -> Sequence:
+        """key: the Triton request id, which a later `stop` request names to cancel this one.
+        backlogged: True while an earlier response of this request still waits to be sent; streamed
+        tokens are then held back and travel with the next response (coalescing by load: one
+        response per stream per send, however fast the engine steps)."""
         out: list[int] = []  # every token this request has output so far
         cum = [0.0]
+        held: tuple[list[int], list[float]] = ([], [])  # streamed tokens not yet sent (backlog)
 
         def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
                       reason: FinishReason | None):
@@ -56,6 +61,12 @@ class EngineService:
                                                 f"({self.opts.request_timeout_s:g} s) and was cancelled")
             if reason is FinishReason.ERROR:
                 return send(None, True, reason, f"error: {seq.error}")
+            if held[0]:
+                tokens, logprobs = held[0] + tokens, held[1] + logprobs
+                held[0].clear(), held[1].clear()
+            if not finished and tokens and backlogged is not None and backlogged():
+                held[0].extend(tokens), held[1].extend(logprobs)
+                return None
             prefix = req.prompt if (not out and not req.exclude_input_in_output) else []
             if not tokens and not prefix and req.streaming and (out or not finished):
                 return send(None, True, None, None) if finished else None  # just close the stream

@@ -3,7 +3,10 @@ package itself never imports triton_python_backend_utils."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import queue
+import threading
 
 import numpy as np
 
@@ -43,17 +46,71 @@ def failure_code(pb, failure: FinishReason):
             FinishReason.TIMEOUT: pb.TritonError.UNAVAILABLE}.get(failure, pb.TritonError.INTERNAL)
 
 
+class SendQueue:
+    """Sends decoupled responses on threads of their own, so the engine thread never waits for
+    `response_sender.send()`, an IPC round trip to the server (hundreds of microseconds: at 64
+    streams it tripled the engine step inside Triton, docs/perf-gpu.md). Each request's responses
+    go through one thread, in order; requests are spread over `threads` threads."""
+
+    def __init__(self, threads: int = 2):
+        self._queues = [queue.SimpleQueue() for _ in range(threads)]
+        self._next = itertools.count()
+        self._threads = [threading.Thread(target=self._run, args=(q,), name=f"llmserve-send-{i}", daemon=True)
+                         for i, q in enumerate(self._queues)]
+        for t in self._threads:
+            t.start()
+
+    def lane(self) -> "queue.SimpleQueue":
+        return self._queues[next(self._next) % len(self._queues)]
+
+    @staticmethod
+    def _run(q: "queue.SimpleQueue") -> None:
+        while (job := q.get()) is not None:
+            job()
+
+    def close(self, timeout_s: float = 10) -> None:
+        """Send what is queued, then stop the threads."""
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout=timeout_s)
+
+
 class StreamSender:
     """The responses of one decoupled request: `send(outputs or None, final, failure or None,
     message or None)`, callable from any thread (the engine's). Takes what it needs from the
-    request now: a request is not read after execute() returns."""
+    request now: a request is not read after execute() returns.
 
-    def __init__(self, pb, request):
+    With a SendQueue the call only queues the response; `backlogged()` says a response is still
+    waiting to go out, so the caller can hold further tokens back and send them together with the
+    next one (coalescing that follows the load), and a send that fails (the client is gone) makes
+    `is_cancelled()` true, so the engine frees the request at its next cancellation poll."""
+
+    def __init__(self, pb, request, sends: SendQueue | None = None):
         self.pb = pb
         self.sender = request.get_response_sender()
         self.wanted = set(request.requested_output_names())
+        self._lane = sends.lane() if sends is not None else None
+        # Responses handed over (written by the caller's thread only) and sent (by the send thread only).
+        self._handed = self._sent = 0
+        self._failed = False
 
     def __call__(self, outputs, final: bool, failure: FinishReason | None = None, message: str | None = None) -> None:
+        if self._lane is None:
+            return self._send(outputs, final, failure, message)
+        self._handed += 1
+        self._lane.put(lambda: self._send_queued(outputs, final, failure, message))
+
+    def _send_queued(self, outputs, final, failure, message) -> None:
+        try:
+            if not self._failed:
+                self._send(outputs, final, failure, message)
+        except Exception:  # the client went away: the engine cancels the request at its next poll
+            self._failed = True
+        finally:
+            self._sent += 1
+
+    def _send(self, outputs, final: bool, failure: FinishReason | None, message: str | None) -> None:
         pb = self.pb
         flags = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if failure is not None:
@@ -63,12 +120,15 @@ class StreamSender:
         else:
             self.sender.send(pb.InferenceResponse(output_tensors=tensors(pb, outputs, self.wanted)), flags=flags)
 
+    def backlogged(self) -> bool:
+        return self._handed > self._sent
+
     def fail(self, error: Exception) -> None:
         """The request is refused before it reaches the engine."""
         self.sender.send(error_response(self.pb, error), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def is_cancelled(self) -> bool:
-        return self.sender.is_cancelled()
+        return self._failed or self.sender.is_cancelled()
 
 
 def error_response(pb, error: Exception):

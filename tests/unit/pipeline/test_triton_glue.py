@@ -66,3 +66,37 @@ def test_no_names_means_every_output_and_failures_carry_codes():
     assert len(ok.output_tensors) == 5
     assert (cancelled.error.code, flags) == ("CANCELLED", 1)
     assert close is None
+
+
+def test_send_queue_keeps_order_and_reports_backlog_and_failures():
+    import threading
+
+    from llmserve.pipeline.triton_glue import SendQueue
+
+    gate = threading.Event()
+    request = FakeRequest({"output_ids"})
+    real_send = request.get_response_sender().send
+
+    def slow_send(response=None, flags=0):  # the IPC round trip, held until the test lets it go
+        gate.wait(10)
+        real_send(response, flags)
+
+    request.get_response_sender().send = slow_send
+    sends = SendQueue(threads=2)
+    send = StreamSender(FakePb, request, sends)
+    for i in range(5):
+        send({"output_ids": np.array([[[i]]], dtype=np.int32)}, i == 4)
+    assert send.backlogged()  # nothing went out yet: the caller returned at once
+    gate.set()
+    sends.close()
+    assert not send.backlogged()
+    assert [r.output_tensors[0].value.item() for r, _ in request.sent] == [0, 1, 2, 3, 4]
+    assert [f for _, f in request.sent] == [0, 0, 0, 0, 1]
+
+    broken = FakeRequest(set())
+    broken.get_response_sender().send = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("stream closed"))
+    sends = SendQueue(threads=1)
+    send = StreamSender(FakePb, broken, sends)
+    send(OUTPUTS, False)
+    sends.close()
+    assert send.is_cancelled()  # the engine frees the request at its next poll

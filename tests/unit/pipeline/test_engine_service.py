@@ -1,0 +1,44 @@
+"""EngineService's streamed responses: tokens held back while the previous response is still being
+sent travel with the next one, and every token arrives exactly once, in order."""
+
+import threading
+
+from llmserve.engine.sampling import SamplingParams
+from llmserve.pipeline.engine_service import EngineService
+from llmserve.pipeline.options import EngineOptions
+from llmserve.request.token_request import EngineRequest
+
+
+def _service(path) -> EngineService:
+    return EngineService(EngineOptions(
+        checkpoint_dir=str(path), device="cpu", dtype="float32", threads=0, cuda_graphs=False, stream_interval_ms=0,
+        prefill_token_budget=2048, max_batch_size=2, max_input_len=32, max_output_len=32,
+        exclude_input_in_output=True, skip_special_tokens=True, max_queue_size=8, request_timeout_s=60))
+
+
+def _run(service, backlog_pattern):
+    got, done = [], threading.Event()
+    busy = iter(backlog_pattern)
+    req = EngineRequest(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=12), streaming=True,
+                        exclude_input_in_output=True, return_log_probs=False)
+
+    def send(outputs, final, failure=None, message=None):
+        got.append(outputs["output_ids"].reshape(-1).tolist() if outputs else None)
+        if final:
+            done.set()
+
+    service.submit(req, send, lambda: False, backlogged=lambda: next(busy, False))
+    assert done.wait(120)
+    return got
+
+
+def test_backlogged_tokens_travel_with_the_next_response(tiny_llama):
+    service = _service(tiny_llama)
+    try:
+        every = _run(service, [])
+        held = _run(service, [False, True, True, True, False, True])
+    finally:
+        service.shutdown()
+    assert [len(c) for c in every] == [1] * 12
+    assert sum(held, []) == sum(every, [])  # the same tokens, fewer responses
+    assert len(held) < len(every) and len(held[1]) == 4  # three steps held back, then sent together
