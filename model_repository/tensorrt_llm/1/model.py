@@ -1,6 +1,7 @@
 """tensorrt_llm (engine: torch): the token-level contract over llmserve's in-flight batching engine.
 
-Decoupled: execute() only validates and enqueues; the engine thread sends each response. Every
+Decoupled: execute() only validates and enqueues; the engine thread hands each response to the
+send threads (pipeline/triton_glue.SendQueue), so no step waits for an IPC round trip. Every
 request is handled on its own: one that fails (a bad input, a full queue, anything unexpected)
 gets its own error and never fails its batch neighbours. A request with `stop` true cancels the
 requests that carry its request id (upstream's cancel-by-id; postprocessing sends it when the
@@ -17,7 +18,8 @@ from llmserve.pipeline.engine_service import EngineService
 from llmserve.pipeline.health import StubWatchdog
 from llmserve.pipeline.metrics import EngineMetrics
 from llmserve.pipeline.options import EngineOptions
-from llmserve.pipeline.triton_glue import StreamSender, error_response, failure_code, parameters, reader, tensors
+from llmserve.pipeline.triton_glue import (SendQueue, StreamSender, error_response, failure_code, parameters, reader,
+                                           tensors)
 from llmserve.request.token_request import is_stop_request
 from llmserve.text.tokenizer import resolve_dir
 
@@ -28,6 +30,7 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
         self.service = EngineService(EngineOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo)))
         self.metrics = EngineMetrics(pb_utils, self.service.engine, labels={"model": args["model_name"]})
+        self.sends = SendQueue()
         self.watchdog = StubWatchdog(args.get("model_instance_name", args["model_name"])).start(
             self.service.engine.health)
 
@@ -41,7 +44,7 @@ class TritonPythonModel:
         if not self.decoupled:
             return self._execute_unary(requests)
         for request in requests:
-            send = StreamSender(pb_utils, request)  # sends only the requested outputs (see triton_glue.tensors)
+            send = StreamSender(pb_utils, request, self.sends)  # only the requested outputs (triton_glue.tensors)
             try:
                 read = reader(pb_utils, request)
                 if is_stop_request(read):
@@ -49,7 +52,7 @@ class TritonPythonModel:
                     send(None, True)  # upstream answers a stop with one empty final response
                     continue
                 req = self.service.parse(read)
-                self.service.submit(req, send, send.is_cancelled, key=request.request_id())
+                self.service.submit(req, send, send.is_cancelled, key=request.request_id(), backlogged=send.backlogged)
             except Exception as e:  # this request only; its neighbours in the batch go on
                 send.fail(e)
         return None
@@ -87,3 +90,4 @@ class TritonPythonModel:
         self.watchdog.close()  # a clean shutdown, not a death
         self.metrics.close()
         self.service.shutdown()
+        self.sends.close()
