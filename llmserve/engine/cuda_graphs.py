@@ -154,20 +154,26 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
+        self.capture([(B, kb) for B in reversed(self.batch_buckets) for kb in reversed(self.kv_buckets)])
+
+    @torch.inference_mode()
+    def capture(self, shapes: list[tuple[int, int]]) -> None:
+        """Capture the graphs of these (batch bucket, kv bucket) shapes, largest first (one pool)."""
         self.positions.fill_(self.scratch)  # every row writes only the scratch position
-        self.pool = torch.cuda.graph_pool_handle()
+        if not hasattr(self, "pool"):
+            self.pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for B in reversed(self.batch_buckets):
-                for kb in reversed(self.kv_buckets):
-                    self._body(B, kb)  # warm-up outside the graph (allocator, cuBLAS handles)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                        out, picked = self._body(B, kb)
-                    self.graphs[(B, kb)] = (graph, out, picked)
+            for B, kb in shapes:
+                self._body(B, kb)  # warm-up outside the graph (allocator, cuBLAS handles)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                    out, picked = self._body(B, kb)
+                self.graphs[(B, kb)] = (graph, out, picked)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
+        self.captured = True
 
     # --- one decode step -----------------------------------------------------------------------
     @torch.inference_mode()

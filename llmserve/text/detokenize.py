@@ -34,7 +34,23 @@ class Detokenizer:
         """Text that `ids` add after `context` (tokens of the same output already turned into text)."""
         if not context:
             return self.visible(ids)
-        before, after = self.visible(list(context)), self.visible(list(context) + list(ids))
+        return self._new_text(self.visible(list(context)), self.visible(list(context) + list(ids)))
+
+    def decode_many(self, items: list[tuple[list[int], list[int]]]) -> list[str]:
+        """decode(ids, context) of every (ids, context) pair, in two tokenizer calls for all of them
+        (postprocessing's dynamic batch: one call per chunk costs more than the decoding itself)."""
+        texts = self.tok.decode_batch([list(c) + list(i) for i, c in items] + [list(c) for _, c in items],
+                                      skip_special_tokens=self.skip)
+        n = len(items)
+        out = []
+        for k, (ids, context) in enumerate(items):
+            after = texts[k].rstrip(INCOMPLETE) if (context or ids) else ""
+            before = texts[n + k].rstrip(INCOMPLETE) if context else ""
+            out.append(self._new_text(before, after) if context else after)
+        return out
+
+    @staticmethod
+    def _new_text(before: str, after: str) -> str:
         if after.startswith(before):
             return after[len(before):]
         # Not expected for byte-level BPE, SentencePiece or WordPiece decoders; keep what is new.

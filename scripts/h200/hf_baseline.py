@@ -13,7 +13,7 @@ sys.path.insert(0, ".")
 from llmserve.bench.workload import make_prompts  # noqa: E402
 
 ckpt, out_path = sys.argv[1], sys.argv[2]
-default_bs = [int(x) for x in sys.argv[3].split(",")]
+default_bs = [int(x) for x in sys.argv[3].split(",") if x]
 static_bs = [int(x) for x in sys.argv[4].split(",")] if len(sys.argv) > 4 and sys.argv[4] else []
 IN, OUT = 128, 128
 model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).cuda().eval()

@@ -34,3 +34,15 @@ def test_single_token_decoding_alone_would_break(smollm2_dir):
     tok = load_fast(smollm2_dir)
     ids = tok.encode("你好世界").ids
     assert "\ufffd" in "".join(tok.decode([i]) for i in ids)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_decode_many_equals_decode_one_by_one(smollm2_dir, text):
+    d = Detokenizer(load_fast(smollm2_dir))
+    ids = d.tok.encode(text).ids
+    rng = random.Random(1)
+    items = []
+    for _ in range(50):
+        pos, k = rng.randint(0, len(ids) - 1), rng.randint(0, 3)
+        items.append((ids[pos:pos + k], ids[max(0, pos - rng.randint(0, CONTEXT_TOKENS)):pos]))
+    assert d.decode_many(items) == [d.decode(i, c) for i, c in items]

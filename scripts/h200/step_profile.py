@@ -1,0 +1,163 @@
+"""Where an engine step goes on the GPU machine (phase p of run.sh). Usage: step_profile.py CHECKPOINT OUT.json
+
+1. GPU time of one captured decode step (graph replay, CUDA events, median of 50) for each GraphOptions
+   variant at batch 64 and 128 (kv bucket 256: the mean context of 128 in / 128 out is 192), and the
+   host wall time of a whole DecodeGraphs.step() (copy in, replay, read-back, sync).
+2. Eager prefill of n prompts of 128 tokens (wall, synchronised, median of 10).
+3. The engine's own steady state at 64 and 128 streams (no end ids, 128 in / 128 out): wall time per
+   step split into prefill / decode / accept (host), from timers around the engine's methods."""
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from types import SimpleNamespace
+
+import torch
+
+sys.path.insert(0, ".")
+from llmserve.engine.cuda_graphs import DecodeGraphs, GraphOptions  # noqa: E402
+from llmserve.engine.engine import Engine  # noqa: E402
+from llmserve.engine.llama import LlamaModel  # noqa: E402
+from llmserve.engine.sampling import SamplingParams  # noqa: E402
+from llmserve.engine.sequence import Sequence  # noqa: E402
+
+ckpt, out_path = sys.argv[1], sys.argv[2]
+GPU = torch.cuda.is_available()  # without one: a smoke run of this script on a CPU (tiny checkpoint, few steps)
+dev = torch.device("cuda" if GPU else "cpu")
+m = LlamaModel(ckpt, dev, torch.bfloat16 if GPU else torch.float32, 128, 512)
+results: dict = {"device": torch.cuda.get_device_name() if GPU else "cpu", "torch": torch.__version__}
+SCALE = 1 if GPU else 0.02
+
+
+def sync():
+    if GPU:
+        torch.cuda.synchronize()
+
+
+def gpu_ms(fn, n=50) -> float:
+    if not GPU:
+        return wall_ms(fn, n)
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(n):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def wall_ms(fn, n=50) -> float:
+    n = max(2, int(n * SCALE))
+    for _ in range(3 if GPU else 1):
+        fn()
+    times = []
+    for _ in range(n):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+# 1. decode step variants
+variants = {"written-out attention, separate q/k rotary (before)": GraphOptions(sdpa=False, fused_rope=False),
+            "+ fused q/k rotary": GraphOptions(sdpa=False, fused_rope=True),
+            "+ SDPA attention (default)": GraphOptions(sdpa=True, fused_rope=True)}
+rows = []
+for name, opt in variants.items():
+    for B in (64, 128):
+        g = DecodeGraphs(m, capture=False, options=opt)
+        try:
+            if GPU:
+                g.capture([(B, 256)])
+        except Exception as e:  # noqa: BLE001
+            rows.append({"variant": name, "batch": B, "error": f"{type(e).__name__}: {e}"[:300]})
+            print(rows[-1], flush=True)
+            continue
+        graph = g.graphs[(B, 256)][0] if GPU else SimpleNamespace(replay=lambda: g._body(B, 256))
+        slots = list(range(B))
+        toks = torch.randint(0, m.cfg.vocab_size, (B,)).tolist()
+        pos = [150 + (i % 80) for i in range(B)]
+        r = {"variant": name, "batch": B, "kv_bucket": 256, "graph_gpu_ms": round(gpu_ms(graph.replay), 3),
+             "step_wall_ms": round(wall_ms(lambda: g.step(slots, toks, pos, 240)), 3)}
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+        del g, graph
+        if GPU:
+            torch.cuda.empty_cache()
+results["decode"] = rows
+
+# 2. eager prefill
+pre = []
+for n in (1, 4, 16):
+    tokens = torch.randint(0, m.cfg.vocab_size, (n, 128), device=dev)
+    slots = torch.arange(n, device=dev)
+    positions = torch.arange(128, device=dev).expand(n, 128)
+    last = torch.full((n,), 127, device=dev)
+    r = {"prompts": n, "tokens": 128, "wall_ms": round(wall_ms(lambda: m.forward(tokens, slots, positions, last, 128),
+                                                                 n=10), 3)}
+    pre.append(r)
+    print(json.dumps(r), flush=True)
+results["prefill"] = pre
+
+# 3. the engine's steady state, timed per method
+m.graphs = DecodeGraphs(m)  # captures every shape on a GPU; eager on a CPU
+spent: dict[str, float] = {}
+
+
+def timed(obj, name):
+    fn = getattr(obj, name)
+
+    def wrapper(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+
+    setattr(obj, name, wrapper)
+
+
+timed(m.graphs, "step")
+eng_rows = []
+for conc in (64, 128):
+    engine = Engine(m, None, prefill_token_budget=2048, skip_special_tokens=True, max_waiting=1 << 20,
+                    request_timeout_s=float("inf"), stream_interval_s=0.0)
+    for name in ("_prefill", "_decode", "_accept", "_drop_cancelled", "_admit"):
+        timed(engine, name)
+    done = [0]
+
+    def submit():
+        engine.submit(Sequence(prompt=torch.randint(0, m.cfg.vocab_size, (128,)).tolist(),
+                               params=SamplingParams(max_new_tokens=128), on_output=on_output))
+
+    def on_output(seq, tokens, lps, finished, reason):
+        if finished:
+            done[0] += 1
+            submit()
+
+    for _ in range(conc):
+        submit()
+    for _ in range(int(300 * SCALE)):  # warm-up: requests desynchronise
+        engine.step()
+    spent.clear()
+    gen0, t0 = engine.stats.generated_tokens, time.perf_counter()
+    n = max(5, int(600 * SCALE))
+    for _ in range(n):
+        engine.step()
+    wall = time.perf_counter() - t0
+    r = {"streams": conc, "steps": n, "ms_per_step": round(wall / n * 1e3, 3),
+         "output_tok_per_s": round((engine.stats.generated_tokens - gen0) / wall, 1),
+         **{f"{k}_ms_per_step": round(v / n * 1e3, 3) for k, v in sorted(spent.items())}}
+    eng_rows.append(r)
+    print(json.dumps(r), flush=True)
+results["engine"] = eng_rows
+results["graph_options_default"] = asdict(GraphOptions())
+json.dump(results, open(out_path, "w"), indent=2)
