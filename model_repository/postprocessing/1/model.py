@@ -1,4 +1,5 @@
-"""postprocessing: exact detokenization of whole outputs and of streamed chunks (llmserve.text.detokenize)."""
+"""postprocessing: exact detokenization of whole outputs and of streamed chunks (llmserve.text.detokenize),
+for the whole dynamic batch in one tokenizer call."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -16,17 +17,21 @@ class TritonPythonModel:
         self.detok = Detokenizer(load_fast(opts.tokenizer_dir), skip_special_tokens=opts.skip_special_tokens)
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
+        responses, items, owners = [None] * len(requests), [], []  # owners[k]: (request index, beams)
+        for i, request in enumerate(requests):
             read = reader(pb_utils, request)
             try:
                 ids, lengths = read("output_ids"), read("sequence_length")  # [1, beam, n], [1, beam]
                 context = read("output_context_ids")  # [1, beam, <= CONTEXT_TOKENS] or absent
-                texts = [self.detok.decode(ids[0, b, : lengths[0, b]].tolist(),
-                                           context[0, b].tolist() if context is not None else ())
+                beams = [(ids[0, b, : lengths[0, b]].tolist(), context[0, b].tolist() if context is not None else [])
                          for b in range(ids.shape[1])]
-                out = np.array([[t.encode("utf-8") for t in texts]], dtype=np.object_)
-                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", out)]))
             except Exception as e:  # a malformed tensor from a direct caller: an error, not a crash
-                responses.append(error_response(pb_utils, e))
+                responses[i] = error_response(pb_utils, e)
+                continue
+            owners.append((i, len(beams)))
+            items.extend(beams)
+        texts = iter(self.detok.decode_many(items)) if items else iter(())
+        for i, beams in owners:
+            out = np.array([[next(texts).encode("utf-8") for _ in range(beams)]], dtype=np.object_)
+            responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", out)])
         return responses
