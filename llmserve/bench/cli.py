@@ -15,10 +15,10 @@ from ..spec import load_spec
 from ..spec.deployment import Engine as EngineSection
 from . import report
 from .runner import fixed_concurrency, poisson_rate, warm_up
-from .targets import GrpcEnsemble, GrpcTokens, HttpEnsemble, InProcessEngine, Record
+from .targets import GrpcEnsemble, GrpcTokens, HttpEnsemble, InProcessEngine, OpenAICompletions, Record
 from .workload import make_prompts
 
-TARGETS = ("ensemble", "ensemble-http", "tensorrt_llm", "engine")
+TARGETS = ("ensemble", "ensemble-http", "tensorrt_llm", "engine", "openai")
 
 
 def _ints(s: str) -> list[int]:
@@ -35,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--http-url", default="localhost:8000", help="Triton HTTP host:port (target ensemble-http)")
     p.add_argument("--targets", default="ensemble", help=f"comma list of {', '.join(TARGETS)}")
     p.add_argument("--model", default="ensemble", help="model name for the ensemble targets")
+    p.add_argument("--openai-url", default="localhost:9000", help="OpenAI frontend host:port (target openai)")
+    p.add_argument("--openai-model", help="served model name for the openai target (default: the spec's)")
     p.add_argument("--token-model", default="tensorrt_llm", help="model name for the tensorrt_llm target")
     p.add_argument("--spec", default="specs/default.yaml", help="spec giving the checkpoint (tokenizer, engine target)")
     p.add_argument("--checkpoint", help="checkpoint dir (overrides the spec's): tokenizer and engine weights")
@@ -99,7 +101,7 @@ def _engine_target(args, checkpoint: str, spec) -> InProcessEngine:
 async def main_async(args) -> dict:
     spec = None
     checkpoint = args.checkpoint
-    if not checkpoint or "engine" in args.targets:
+    if not checkpoint or "engine" in args.targets or ("openai" in args.targets and not args.openai_model):
         try:
             spec = load_spec(Path(args.spec))
             checkpoint = checkpoint or str(spec.checkpoint_path())
@@ -129,7 +131,9 @@ async def main_async(args) -> dict:
         target = {"ensemble": lambda: GrpcEnsemble(args.url, args.model),
                   "ensemble-http": lambda: HttpEnsemble(args.http_url, args.model),
                   "tensorrt_llm": lambda: GrpcTokens(args.url, args.token_model),
-                  "engine": lambda: _engine_target(args, checkpoint, spec)}[name]()
+                  "engine": lambda: _engine_target(args, checkpoint, spec),
+                  "openai": lambda: OpenAICompletions(args.openai_url, args.openai_model or (
+                      spec.openai.served_model_name or spec.name))}[name]()
         await target.open()
         target = _Timed(target, args.request_timeout)
         try:

@@ -188,6 +188,52 @@ class HttpEnsemble(Target):
         return rec
 
 
+class OpenAICompletions(Target):
+    """POST /v1/completions of the OpenAI frontend, streamed; the same raw prompt and exact length
+    (min_tokens = max_tokens) as the ensemble targets. Tokens per chunk come from vLLM's
+    `continuous_usage_stats` (usage on every chunk), so TTFT and ITL count tokens like the others."""
+
+    name = "openai"
+
+    def __init__(self, url: str, model: str):
+        self.url = url if url.startswith("http") else f"http://{url}"
+        self.model = model
+
+    async def open(self) -> None:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def request(self, prompt: Prompt, output_len: int) -> Record:
+        body = {"model": self.model, "prompt": prompt.text, "max_tokens": output_len, "min_tokens": output_len,
+                "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        rec = Record(time.perf_counter())
+        seen = 0
+        try:
+            async with self.session.post(f"{self.url}/v1/completions", json=body) as r:
+                if r.status != 200:
+                    rec.error = f"HTTP {r.status}: {(await r.text())[:200]}"
+                async for line in r.content:
+                    if not line.startswith(b"data:") or line.startswith(b"data: [DONE]"):
+                        continue
+                    event = json.loads(line[5:])
+                    if "error" in event:
+                        rec.error = str(event["error"])
+                        break
+                    if event.get("choices") and event.get("usage"):
+                        n = event["usage"]["completion_tokens"]
+                        rec.mark(n - seen)
+                        seen = n
+        except Exception as e:  # noqa: BLE001
+            rec.error = f"{type(e).__name__}: {e}"
+        rec.end = time.perf_counter()
+        return rec
+
+
 class InProcessEngine(Target):
     """The engine without Triton: LlamaModel + Engine (its own thread), callbacks into asyncio."""
 
