@@ -3,10 +3,18 @@
     python -m llmserve.deploy.cluster --replicas 3 [--spec specs/default.yaml]      (scripts/serve.sh --replicas 3)
     python -m llmserve.deploy.cluster rolling-restart [--spec ...]                  (from another shell)
 
-The cluster process starts the replicas on ha.base_*_port + i, renders haproxy.cfg from the spec,
-runs `haproxy -W -db` with it and supervises: a replica that dies is started again (HAProxy's
-checks keep traffic away until it is ready). It writes build/haproxy/cluster.json (replica pids and
-ports, the runtime-API socket) for `rolling-restart`, which, one server at a time:
+The cluster process starts the replicas on ha.base_*_port + i (bound to ha.host, 127.0.0.1 by
+default, so nothing bypasses the load balancer), renders haproxy.cfg from the spec, runs
+`haproxy -W -db` with it and supervises: a replica that exits (a crash, its engine stub's watchdog
+taking it down, a rolling restart) is started again once what was left of its process group is
+killed, with a back-off when it keeps dying (HAProxy's checks keep traffic away until it is ready).
+Every process group it starts is registered with a reaper (deploy/reaper.py), so a SIGKILLed
+cluster process leaves nothing behind. On SIGTERM/SIGINT it stops HAProxy first (soft stop: its
+pooled idle connections would otherwise hold Triton's drain), then every replica at once: idle, that
+takes seconds; busy, in-flight work finishes within serving.exit_timeout_s.
+
+It writes build/haproxy/cluster.json (replica pids and ports, the runtime-API socket) for
+`rolling-restart`, which, one server at a time:
 
   1. `set server triton_http/<s> state drain` on HAProxy's runtime API: no new requests (the gRPC
      server tracks the HTTP one, so it drains too); in-flight requests and streams go on;
@@ -36,10 +44,13 @@ from ..checkpoint import build_checkpoint
 from ..openai_api.process import Frontends
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .haproxy import Backend, check_config, render
+from .reaper import Reaper
 from .serve import prepare_repository
 from .tritonserver import TritonProcess, is_ready
 
 HTTP_BACKEND, GRPC_BACKEND = "triton_http", "triton_grpc"
+QUICK_DEATH_S = 60.0  # a replica that exits sooner than this after its start counts as a quick death
+MAX_BACKOFF_S = 30.0
 
 
 def log(msg: str) -> None:
@@ -127,17 +138,27 @@ class Replica:
     """One tritonserver of the cluster, restartable with the same ports."""
 
     def __init__(self, index: int, repository: Path, ports: tuple[int, int, int], *, exit_timeout_s: int,
-                 log_dir: Path, admin_key: str | None = None, extra: list[str] = ()):
+                 log_dir: Path, admin_key: str | None = None, extra: list[str] = (), address: str | None = None,
+                 reaper: Reaper | None = None):
         self.index, self.name = index, f"triton{index}"
         self.repository, self.ports = repository, ports
         self.kw = dict(exit_timeout_s=exit_timeout_s, admin_key=admin_key, extra=list(extra),
-                       log_path=log_dir / f"{self.name}.log")
+                       log_path=log_dir / f"{self.name}.log", address=address, reaper=reaper)
         self.process: TritonProcess | None = None
         self.stopping = False
+        self.started_at = 0.0
+        self.quick_deaths = 0  # exits soon after a start, in a row: the back-off grows with them
+        self.next_start_at = 0.0
+        self.lock = threading.RLock()  # held by restart(); the supervisor skips a replica it cannot take
 
     def start(self) -> "Replica":
+        """Start (again): first end whatever is left of the previous server's process group (stubs
+        that outlived it hold the model, the KV cache and the shared-memory prefix)."""
+        if self.process is not None and self.process.proc is not None:
+            self.process.kill()
         h, g, m = self.ports
         self.process = TritonProcess(self.repository, http_port=h, grpc_port=g, metrics_port=m, **self.kw).start()
+        self.started_at = time.monotonic()
         return self
 
     def wait_ready(self, timeout_s: float = 600) -> None:
@@ -148,15 +169,13 @@ class Replica:
 
     def kill(self) -> None:
         """kill -9 the server and its Python-backend stubs (its own process group)."""
-        try:
-            os.killpg(self.process.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.proc.wait()
+        self.process.kill()
 
     def restart(self, timeout_s: float = 600) -> None:
-        self.stop()
-        self.start().wait_ready(timeout_s)
+        with self.lock:
+            self.stop()
+            self.start()
+        self.wait_ready(timeout_s)
 
     @property
     def pid(self) -> int:
@@ -181,8 +200,10 @@ class Cluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         n = replicas or spec.ha.replicas
         ports = replica_ports or [spec.ha.replica_ports(i) for i in range(n)]
+        self.reaper = Reaper()
         self.replicas = [Replica(i, repository, ports[i], exit_timeout_s=spec.serving.exit_timeout_s,
-                                 log_dir=self.workdir, admin_key=admin_key, extra=(extra or {}).get(i, []))
+                                 log_dir=self.workdir, admin_key=admin_key, extra=(extra or {}).get(i, []),
+                                 address=spec.ha.host, reaper=self.reaper)
                          for i in range(n)]
         # OpenAI frontends on openai_ports (one per port; none when None), each sending to every
         # replica, behind HAProxy's `openai` frontend on openai.port.
@@ -220,6 +241,8 @@ class Cluster:
         out = open(self.workdir / "haproxy.log", "ab")
         self.haproxy = subprocess.Popen([self.haproxy_bin, "-W", "-db", "-f", str(self.cfg_path)],
                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.reaper.register(self.haproxy.pid)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.haproxy.poll() is not None:
@@ -237,9 +260,13 @@ class Cluster:
                 self.api.wait_status(r.name, "UP", timeout_s)
 
     def start(self) -> "Cluster":
+        if self.reaper.proc is None:
+            self.reaper.start()
         self.start_replicas()
         if self.frontends:
             self.frontends.start()
+            for pid in self.frontends.pids():
+                self.reaper.register(pid)
         self.start_haproxy()
         self.wait_all_up()
         if self.frontends:
@@ -247,18 +274,31 @@ class Cluster:
         return self
 
     def stop(self) -> None:
-        if self.frontends:  # first: their streams finish while the Triton servers are still up
+        """The OpenAI frontends first (their streams finish while the Triton servers are still up),
+        then HAProxy, softly (SIGUSR1: stop listening, finish the sessions in flight, close its idle
+        pooled connections, which would otherwise keep each Triton's HTTP drain waiting up to its
+        exit timeout; `hard-stop-after` bounds it), then every replica at once (SIGTERM: each
+        finishes its in-flight work within serving.exit_timeout_s), then whatever is left."""
+        if self.frontends:
             self.frontends.stop()
         for r in self.replicas:
             r.stopping = True
+        if self.haproxy and self.haproxy.poll() is None:
+            self.haproxy.send_signal(signal.SIGUSR1)
         with ThreadPoolExecutor(len(self.replicas)) as ex:
             list(ex.map(lambda r: r.stop(), self.replicas))
-        if self.haproxy and self.haproxy.poll() is None:
-            self.haproxy.terminate()
+        if self.haproxy:
             try:
-                self.haproxy.wait(10)
+                self.haproxy.wait(self.spec.serving.exit_timeout_s + 5)
             except subprocess.TimeoutExpired:
-                self.haproxy.kill()
+                pass
+            try:
+                os.killpg(self.haproxy.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.haproxy.wait()
+            self.reaper.unregister(self.haproxy.pid)
+        self.reaper.close()
 
     def rolling_restart(self, say=log) -> list[dict]:
         drain = self.spec.ha.drain_timeout_s or self.spec.serving.exit_timeout_s
@@ -279,22 +319,60 @@ class Cluster:
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_path)
 
-    def supervise(self, stop: threading.Event) -> None:
-        """Start replicas that exited (crash or rolling restart) again, until `stop` is set."""
-        while not stop.wait(0.5):
+    def supervise(self, stop: threading.Event, say=log) -> None:
+        """Start replicas that exited (crash, engine watchdog, rolling restart) again, until `stop`
+        is set. A replica that dies within QUICK_DEATH_S of its start waits 1, 2, 4 ... up to
+        MAX_BACKOFF_S before the next start (a crash loop must not spin)."""
+        while not stop.wait(0.2):
             changed = False
+            now = time.monotonic()
             for r in self.replicas:
-                if not r.alive() and not r.stopping:
-                    log(f"{r.name} exited ({r.process.proc.returncode}); starting it again")
-                    r.start()
-                    changed = True
-            if self.frontends:
-                self.frontends.supervise_once(log)
+                if not r.lock.acquire(blocking=False):
+                    continue  # being restarted by someone else (rolling restart)
+                try:
+                    changed |= self._revive(r, now, say)
+                finally:
+                    r.lock.release()
+            if self.frontends and self.frontends.supervise_once(say):
+                for pid in self.frontends.pids():
+                    self.reaper.register(pid)
             if self.haproxy.poll() is not None:
-                log(f"haproxy exited ({self.haproxy.returncode}); stopping")
+                say(f"haproxy exited ({self.haproxy.returncode}); stopping")
                 stop.set()
             if changed:
                 self.write_state()
+
+    def _revive(self, r: Replica, now: float, say) -> bool:
+        if r.alive() or r.stopping:
+            return False
+        if r.next_start_at == 0.0:  # just noticed
+            quick = now - r.started_at < QUICK_DEATH_S
+            r.quick_deaths = r.quick_deaths + 1 if quick else 0
+            delay = min(MAX_BACKOFF_S, 2 ** (r.quick_deaths - 1)) if r.quick_deaths else 0.0
+            r.next_start_at = now + delay
+            say(f"{r.name} exited ({r.process.proc.returncode}); starting it again"
+                + (f" in {delay:g} s ({r.quick_deaths} quick exits in a row)" if delay else ""))
+        if now < r.next_start_at:
+            return False
+        r.next_start_at = 0.0
+        r.start()
+        return True
+
+    def start_supervisor(self, say=log) -> "Supervisor":
+        """supervise() in a thread (tests, tools/chaos.py); `.stop()` ends it."""
+        return Supervisor(self, say)
+
+
+class Supervisor:
+    def __init__(self, cluster: Cluster, say):
+        self.event = threading.Event()
+        self.thread = threading.Thread(target=cluster.supervise, args=(self.event, say), name="llmserve-supervisor",
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.event.set()
+        self.thread.join(10)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..spec import ROOT
+from .reaper import Reaper
+from .security import ADMIN_KEY_ENV, restricted_flags
 
 LOCAL_COPY = ROOT / "build" / "tritonserver"
-# Only inference, metadata and health through the default HTTP/gRPC APIs; model control, logging
-# and tracing need this header (set LLMSERVE_ADMIN_KEY to use them, e.g. for tests).
-RESTRICTED = "model-repository,logging,trace"
 
 
 @dataclass
@@ -85,20 +84,24 @@ def locate() -> ServerPaths:
 
 
 def command(paths: ServerPaths, repository: Path, *, http_port: int, grpc_port: int, metrics_port: int,
-            exit_timeout_s: int, instance_tag: str, admin_key: str | None = None, extra: list[str] = ()) -> list[str]:
-    key = admin_key or os.environ.get("LLMSERVE_ADMIN_KEY") or os.urandom(16).hex()
+            exit_timeout_s: int, instance_tag: str, admin_key: str | None = None, address: str | None = None,
+            extra: list[str] = ()) -> list[str]:
+    """address: bind HTTP, gRPC and metrics there only (127.0.0.1 for replicas behind HAProxy, so
+    nothing bypasses the load balancer); None binds every interface, as Triton does by default.
+    Restricted APIs and the admin header: deploy/security.py."""
+    key = admin_key or os.environ.get(ADMIN_KEY_ENV) or os.urandom(16).hex()
+    bind = [f"--http-address={address}", f"--grpc-address={address}", f"--metrics-address={address}"] if address else []
     return [
         str(paths.binary),
         f"--model-repository={repository}",
         f"--backend-directory={paths.backend_dir}",
-        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
+        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}", *bind,
         f"--exit-timeout-secs={exit_timeout_s}",
         "--strict-readiness=true",
         "--model-control-mode=none",
         # Several servers on one host need distinct shared-memory names for their Python stubs.
         f"--backend-config=python,shm-region-prefix-name={instance_tag}_",
-        f"--http-restricted-api={RESTRICTED}:llmserve-admin-key={key}",
-        f"--grpc-restricted-protocol={RESTRICTED}:llmserve-admin-key={key}",
+        *restricted_flags(key),
         "--log-verbose=0",
         *extra,
     ]
@@ -123,26 +126,83 @@ def is_ready(http_port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> b
         return False
 
 
+def scrub_argv(pid: int, secret: str, timeout_s: float = 30.0) -> bool:
+    """Overwrite `secret` in a child's command line once the child has parsed it, so `ps` and
+    /proc/<pid>/cmdline no longer show it. tritonserver takes its restricted-API key only on the
+    command line; it copies its arguments into its settings before it starts any thread, so a
+    second thread means the parsing is over and the original argv memory is no longer read.
+    Needs the right to write the child's memory (same user, the default ptrace policy). The key is
+    visible for the few milliseconds before; returns False if it could not be scrubbed."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(os.listdir(f"/proc/{pid}/task")) < 2:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat fields 48 and 49)
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            args = mem.read(end - start)
+            needle = secret.encode()
+            if needle not in args:
+                return True
+            mem.seek(start)
+            mem.write(args.replace(needle, b"*" * len(needle)))
+        return True
+    except OSError:
+        return False
+
+
 class TritonProcess:
     """A tritonserver child process; used by serve, the tests and the cluster scripts."""
 
     def __init__(self, repository: Path, *, http_port: int = 8000, grpc_port: int = 8001, metrics_port: int = 8002,
                  exit_timeout_s: int = 60, log_path: Path | None = None, admin_key: str | None = None,
-                 extra: list[str] = ()):
+                 address: str | None = None, reaper: Reaper | None = None, extra: list[str] = ()):
+        """reaper: the supervisor's (deploy/reaper.py); the server's process group is registered with
+        it, so nothing of this server outlives a supervisor that is SIGKILLed."""
         self.paths = locate()
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
+        self.admin_key = admin_key or os.environ.get(ADMIN_KEY_ENV) or os.urandom(16).hex()
         self.cmd = command(self.paths, Path(repository).resolve(), http_port=http_port, grpc_port=grpc_port,
                            metrics_port=metrics_port, exit_timeout_s=exit_timeout_s,
-                           instance_tag=f"llmserve{http_port}", admin_key=admin_key, extra=list(extra))
+                           instance_tag=f"llmserve{http_port}", admin_key=self.admin_key, address=address,
+                           extra=list(extra))
         self.log_path = log_path
+        self.reaper = reaper
         self.proc: subprocess.Popen | None = None
+        self._log = None
 
     def start(self) -> "TritonProcess":
+        """Start tritonserver in its own session: its process group is the server, its Python stubs
+        and their watchdogs, so one killpg ends all of them."""
         env = {**os.environ, **self.paths.env}
-        out = open(self.log_path, "ab") if self.log_path else None
-        self.proc = subprocess.Popen(self.cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                     start_new_session=True)
+        self._log = open(self.log_path, "ab") if self.log_path else None
+        self.proc = subprocess.Popen(self.cmd, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT if self._log else None, start_new_session=True)
+        if self.reaper:
+            self.reaper.register(self.proc.pid)
+        self.key_hidden = scrub_argv(self.proc.pid, self.admin_key)
         return self
+
+    def kill(self) -> None:
+        """kill -9 the server and everything in its process group (its Python stubs)."""
+        self._end_group()
+
+    def _end_group(self) -> int | None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        rc = self.proc.wait()
+        if self.reaper:
+            self.reaper.unregister(self.proc.pid)
+        if self._log:
+            self._log.close()
+            self._log = None
+        return rc
 
     def wait_ready(self, timeout_s: float = 300) -> None:
         deadline = time.monotonic() + timeout_s
@@ -168,11 +228,7 @@ class TritonProcess:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return self.proc.wait()
+        return self._end_group()
 
     def __enter__(self):
         return self.start()

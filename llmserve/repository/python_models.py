@@ -45,10 +45,16 @@ def preprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
 
 
 def postprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
+    """One instance: no dynamic batching, so a step of a cancelled ensemble request reaches
+    execute() and can stop its generation (pipeline/cancel_relay.py); one instance runs the chunks
+    of a stream in order by itself. Several instances need dynamic batching with preserve_ordering
+    for that order, and then Triton 2.51 drops a cancelled step before execute: the generation runs
+    on until it ends or serving.request_timeout_s."""
     opts = PostprocessOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
+    pp = spec.postprocessing
     return _python_model(
         C.POSTPROCESSING, spec, C.POSTPROCESSING_INPUTS, C.POSTPROCESSING_OUTPUTS,
-        instances=spec.postprocessing.instances, batching=spec.postprocessing.dynamic_batching, decoupled=False,
+        instances=pp.instances, batching=pp.dynamic_batching if pp.instances > 1 else None, decoupled=False,
         parameters=params(**opts.to_params()),
     )
 

@@ -4,6 +4,7 @@ for the whole dynamic batch in one tokenizer call."""
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from llmserve.pipeline.cancel_relay import CancelRelay
 from llmserve.pipeline.options import PostprocessOptions
 from llmserve.pipeline.triton_glue import error_response, parameters, reader
 from llmserve.text.detokenize import Detokenizer
@@ -15,10 +16,14 @@ class TritonPythonModel:
         repo = args["model_repository"]
         opts = PostprocessOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo))
         self.detok = Detokenizer(load_fast(opts.tokenizer_dir), skip_special_tokens=opts.skip_special_tokens)
+        self.cancel = CancelRelay(pb_utils)  # a cancelled ensemble request stops its generation
 
     def execute(self, requests):
         responses, items, owners = [None] * len(requests), [], []  # owners[k]: (request index, beams)
         for i, request in enumerate(requests):
+            if self.cancel.cancelled(request):
+                responses[i] = self.cancel.cancelled_response()
+                continue
             read = reader(pb_utils, request)
             try:
                 ids, lengths = read("output_ids"), read("sequence_length")  # [1, beam, n], [1, beam]

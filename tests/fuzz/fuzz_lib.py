@@ -41,7 +41,10 @@ TRITON_FRONTEND_500 = [
 OURS = re.compile(r"(?:in ensemble '[\w]+', )?(?:invalid )?([a-z_]+): (.+)", re.S)
 FIELDS = {"text_input", "max_tokens", "stop_words", "bad_words", "stream", "exclude_input_in_output",
           "return_log_probs", "apply_chat_template", "end_id", "pad_id", "top_k", "min_tokens", "beam_width",
-          "temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed"}
+          "temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
+          # the token-level edge (tensorrt_llm and its unary twin)
+          "input_ids", "input_lengths", "request_output_len", "runtime_top_k", "runtime_top_p", "streaming",
+          "stop_words_list", "bad_words_list", "stop"}
 TRITON_400 = [re.compile(p) for p in (
     # Triton core input checks (shape, batch size, missing/unknown input, dtype), possibly relayed by
     # the ensemble ("in ensemble 'ensemble', [request id: 105] ...").

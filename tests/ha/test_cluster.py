@@ -45,7 +45,7 @@ def test_forbidden_endpoints_are_403(cluster):
     checks = [("POST", "/v2/repository/index"), ("POST", "/v2/repository/models/ensemble/unload"),
               ("POST", "/v2/repository/models/ensemble/load"), ("GET", "/v2/logging"), ("POST", "/v2/logging"),
               ("GET", "/v2/trace/setting"), ("GET", "/v2/models/ensemble/trace/setting"),
-              ("GET", "/v2/models/ensemble/stats"), ("GET", "/v2/models/ensemble/config"),
+              ("GET", "/v2/models/ensemble/stats"), ("GET", "/v2/models/stats"), ("GET", "/v2/models/ensemble/config"),
               ("GET", "/v2/systemsharedmemory/status"), ("GET", "/v2/cudasharedmemory/status"), ("GET", "/metrics")]
     codes = {}
     for method, path in checks:

@@ -1,5 +1,8 @@
-"""A small-capacity tiny server for the reliability tests: 2 engine slots, a queue of 4, a 3 s
-request timeout and long outputs (so a request runs for seconds and can be cancelled mid-way)."""
+"""Small-capacity tiny servers for the reliability tests: 2 engine slots, a queue of 4 and long
+outputs (so a request runs for seconds and can be cancelled mid-way). Each concern gets its own
+server with its own request timeout (`reliability_server`), so one test's load or timing never
+decides another's: the overload server's timeout is far above its service time, the cancellation
+server's (30 s) far above the cancellation bound, the timeout server's short (3 s)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 import yaml
 
 from llmserve.spec import ROOT
@@ -18,12 +20,12 @@ try:  # tests/ is a package in some checkouts, a plain rootdir conftest in other
 except ImportError:
     from conftest import start_server
 
-MAX_BATCH, QUEUE, TIMEOUT_S, MAX_OUT = 2, 4, 3.0, 4000  # 4,000 tokens: ~5 s on the tiny model
+MAX_BATCH, QUEUE, MAX_OUT = 2, 4, 4000  # 4,000 tokens: ~5 s on the tiny model on an idle machine
 
 
-def reliability_spec(path: Path, *, max_batch=MAX_BATCH, queue=QUEUE, timeout_s=TIMEOUT_S) -> Path:
+def reliability_spec(path: Path, *, timeout_s: float, max_batch=MAX_BATCH, queue=QUEUE) -> Path:
     spec = yaml.safe_load((ROOT / "specs/tiny.yaml").read_text())
-    spec["name"] = "tiny-reliability"
+    spec["name"] = path.stem
     spec["engine"].update(max_batch_size=max_batch, max_input_len=64, max_output_len=MAX_OUT,
                           queue={"max_queue_delay_us": 0, "max_queue_size": queue})
     spec["serving"] = {"exit_timeout_s": 5, "request_timeout_s": timeout_s}
@@ -31,12 +33,10 @@ def reliability_spec(path: Path, *, max_batch=MAX_BATCH, queue=QUEUE, timeout_s=
     return path
 
 
-@pytest.fixture(scope="session")
-def small_server(tmp_path_factory):
-    work = tmp_path_factory.mktemp("reliability")
-    server = start_server(reliability_spec(work / "tiny-reliability.yaml"), work)
-    yield server
-    server.process.stop()
+def reliability_server(tmp_path_factory, name: str, *, timeout_s: float):
+    """Start one (the caller's module-scoped fixture stops it)."""
+    work = tmp_path_factory.mktemp(name)
+    return start_server(reliability_spec(work / f"{name}.yaml", timeout_s=timeout_s), work)
 
 
 def metric(server, name: str) -> float:

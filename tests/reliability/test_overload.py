@@ -20,6 +20,16 @@ from llmserve.contract import ENSEMBLE, UNARY_SUFFIX
 from .conftest import MAX_BATCH, QUEUE, rss_kb, wait_metric
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def overload_server(tmp_path_factory):
+    """Its own server: a request timeout far above the time a queued request can wait here (ten
+    times the service time of the whole burst), so "busy" is the only refusal under overload."""
+    server = reliability_server(tmp_path_factory, "tiny-overload", timeout_s=600)
+    yield server
+    server.process.stop()
+
 CAPACITY = MAX_BATCH + QUEUE
 LOAD = 10 * CAPACITY
 TOKENS = 400  # about 0.5-1 s per request on the tiny model: the burst overlaps for seconds
@@ -44,10 +54,10 @@ def _post(http: str) -> tuple[int, float, str]:
         return -1, time.monotonic() - t0, repr(e)
 
 
-def test_http_overload_sheds_fast_and_recovers(small_server, emit):
-    http = small_server.http
-    wait_metric(small_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=30)
-    rss0 = rss_kb(small_server.process.proc.pid)
+def test_http_overload_sheds_fast_and_recovers(overload_server, emit):
+    http = overload_server.http
+    wait_metric(overload_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=30)
+    rss0 = rss_kb(overload_server.process.proc.pid)
     ready_fail, stop = [], threading.Event()
 
     def watch_ready():
@@ -66,7 +76,7 @@ def test_http_overload_sheds_fast_and_recovers(small_server, emit):
     burst_s = time.monotonic() - t0
     stop.set()
     watcher.join()
-    rss1 = rss_kb(small_server.process.proc.pid)
+    rss1 = rss_kb(overload_server.process.proc.pid)
 
     ok = [r for r in results if r[0] == 200]
     busy = [r for r in results if r[0] in BUSY_HTTP]
@@ -95,13 +105,13 @@ def test_http_overload_sheds_fast_and_recovers(small_server, emit):
     assert r.status_code == 200 and time.monotonic() - t1 < ok_p50, (r.status_code, r.text[:200])
 
 
-def test_grpc_overload_sheds_with_unavailable(small_server, emit):
+def test_grpc_overload_sheds_with_unavailable(overload_server, emit):
     """The same burst over gRPC ModelInfer (ensemble_unary): rejections are UNAVAILABLE or
     RESOURCE_EXHAUSTED, never INTERNAL."""
-    wait_metric(small_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=30)
+    wait_metric(overload_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=30)
 
     def one(_):
-        client = grpcclient.InferenceServerClient(small_server.grpc)
+        client = grpcclient.InferenceServerClient(overload_server.grpc)
         inputs = []
         for name, value, dtype in (("text_input", np.array([[b"Tell a story"]], dtype=object), "BYTES"),
                                    ("max_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32"),
@@ -126,4 +136,4 @@ def test_grpc_overload_sheds_with_unavailable(small_server, emit):
     assert set(codes) <= {"ok", *BUSY_GRPC}, [r for r in results if r[0] not in ("ok", *BUSY_GRPC)][:3]
     assert codes.get("ok", 0) >= MAX_BATCH
     assert busy, "nothing was shed"
-    assert requests.get(f"http://{small_server.http}/v2/health/ready", timeout=5).status_code == 200
+    assert requests.get(f"http://{overload_server.http}/v2/health/ready", timeout=5).status_code == 200

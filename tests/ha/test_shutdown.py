@@ -1,0 +1,99 @@
+"""Shutdown of `serve.sh --replicas N` (llmserve.deploy.cluster) as a user runs it, each case on its
+own cluster: idle SIGTERM exits within SHUTDOWN_BOUND_S and leaves nothing; a SIGKILLed cluster
+process leaves no HAProxy, tritonserver, stub or watchdog, and its ports are free again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmserve.deploy.tritonserver import is_ready
+from llmserve.spec import ROOT
+
+from ..processes import free_range, living, port_free, tree, wait_gone
+
+pytestmark = pytest.mark.e2e
+SHUTDOWN_BOUND_S = 10
+REPLICAS = 2
+
+
+class ClusterCLI:
+    def __init__(self, work: Path):
+        base = free_range(3 * REPLICAS + 3)
+        spec = yaml.safe_load((ROOT / "specs/tiny.yaml").read_text())
+        spec["name"] = "tiny-cluster-shutdown"
+        spec["serving"] = {"exit_timeout_s": 30}
+        spec["ha"] = {"replicas": REPLICAS, "base_http_port": base, "base_grpc_port": base + REPLICAS,
+                      "base_metrics_port": base + 2 * REPLICAS, "http_port": base + 3 * REPLICAS,
+                      "grpc_port": base + 3 * REPLICAS + 1, "stats_port": base + 3 * REPLICAS + 2,
+                      "bind": "127.0.0.1"}
+        path = work / "spec.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        self.ports = list(range(base, base + 3 * REPLICAS + 3))
+        self.lb_http = base + 3 * REPLICAS
+        self.log = work / "cluster.log"
+        self.proc = subprocess.Popen([sys.executable, "-m", "llmserve.deploy.cluster", "--spec", str(path),
+                                      "--repository", str(work / "repo"), "--workdir", str(work / "ha")],
+                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT,
+                                     start_new_session=True)
+        t0 = time.monotonic()
+        while b"ready: HAProxy" not in self.log.read_bytes():
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            assert time.monotonic() - t0 < 400, "cluster not ready"
+            time.sleep(0.5)
+        assert is_ready(self.lb_http)
+        self.pids = set()
+        for pid in tree(self.proc.pid):
+            self.pids |= tree(pid)
+        # HAProxy and the servers run in their own sessions, as children of the cluster process.
+
+    def close(self):
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def cluster_cli(tmp_path):
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy is not installed (scripts/setup.sh --haproxy)")
+    c = ClusterCLI(tmp_path)
+    yield c
+    c.close()
+
+
+def test_idle_sigterm_exits_fast_and_leaves_nothing(cluster_cli, emit):
+    c = cluster_cli
+    t0 = time.monotonic()
+    c.proc.send_signal(signal.SIGTERM)
+    rc = c.proc.wait(120)
+    took = time.monotonic() - t0
+    left, _ = wait_gone(c.pids, 5)
+    busy_ports = [p for p in c.ports if not port_free(p)]
+    emit(f"cluster ({REPLICAS} replicas + HAProxy) idle SIGTERM: exited {rc} after {took:.2f} s; "
+         f"{len(c.pids)} processes before, {len(left)} left; ports still bound: {busy_ports}")
+    assert took < SHUTDOWN_BOUND_S, f"idle shutdown took {took:.1f} s"
+    assert not left and not busy_ports, (left, busy_ports)
+
+
+def test_sigkilled_cluster_process_leaves_nothing(cluster_cli, emit):
+    c = cluster_cli
+    n = len(living(c.pids))
+    os.kill(c.proc.pid, signal.SIGKILL)
+    c.proc.wait()
+    left, took = wait_gone(c.pids, 10)
+    busy_ports = [p for p in c.ports if not port_free(p)]
+    emit(f"cluster process SIGKILLed: {n} processes (HAProxy, tritonservers, stubs, watchdogs, reaper); "
+         f"{len(left)} left after {took:.2f} s; ports still bound: {busy_ports}")
+    assert not left, left
+    assert not busy_ports, busy_ports

@@ -1,0 +1,68 @@
+"""Process helpers for the shutdown and health tests: whole process trees and free port ranges."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+
+import psutil
+
+
+def tree(pid: int) -> set[int]:
+    """pid and every descendant (tritonserver's Python stubs, their watchdogs, HAProxy's workers)."""
+    try:
+        p = psutil.Process(pid)
+        return {pid, *(c.pid for c in p.children(recursive=True))}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def living(pids) -> list[str]:
+    """The processes among pids that still run (zombies do not count), as 'pid cmdline'."""
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{pid} {' '.join(p.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def wait_gone(pids, timeout_s: float) -> tuple[list[str], float]:
+    """(what still lives after timeout_s, seconds waited)."""
+    t0 = time.monotonic()
+    while (left := living(pids)) and time.monotonic() - t0 < timeout_s:
+        time.sleep(0.1)
+    return left, time.monotonic() - t0
+
+
+def stub_pid(server_pid: int, model: str = "tensorrt_llm") -> int:
+    """The Python stub of a model's first instance (its argv names the instance, e.g. tensorrt_llm_0_0)."""
+    for c in psutil.Process(server_pid).children():
+        cmd = c.cmdline()
+        if cmd and cmd[0].endswith("triton_python_backend_stub") and f"{model}_0_0" in cmd:
+            return c.pid
+    raise LookupError(f"no {model} stub under tritonserver {server_pid}")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_range(n: int) -> int:
+    """A base port b with b .. b+n-1 all free (the cluster CLI puts replica i on base + i)."""
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(200):
+        base = rng.randrange(20000, 60000 - n)
+        if all(port_free(base + i) for i in range(n)):
+            return base
+    raise RuntimeError(f"no {n} consecutive free ports")
