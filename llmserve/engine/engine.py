@@ -179,6 +179,14 @@ class Engine:
         return admitted
 
     def _prefill(self, seqs: list[Sequence]) -> None:
+        graphs = self.model.prefill_graphs
+        logits = graphs.run([s.prompt for s in seqs], [s.slot for s in seqs]) if graphs is not None else None
+        if logits is None:
+            logits = self._prefill_eager(seqs)
+        self.stats.prompt_tokens += sum(len(s.prompt) for s in seqs)
+        self._accept(self._sample(seqs, logits))
+
+    def _prefill_eager(self, seqs: list[Sequence]) -> torch.Tensor:
         dev = self.model.device
         width = max(len(s.prompt) for s in seqs)
         tokens = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -187,9 +195,7 @@ class Engine:
         positions = torch.arange(width).expand(len(seqs), width)
         last = torch.tensor([len(s.prompt) - 1 for s in seqs])
         slots = torch.tensor([s.slot for s in seqs])
-        logits = self.model.forward(tokens.to(dev), slots.to(dev), positions.to(dev), last.to(dev), width)
-        self.stats.prompt_tokens += sum(len(s.prompt) for s in seqs)
-        self._accept(self._sample(seqs, logits))
+        return self.model.forward(tokens.to(dev), slots.to(dev), positions.to(dev), last.to(dev), width)
 
     def _decode(self, seqs: list[Sequence]) -> None:
         kv_len = max(s.position for s in seqs) + 1

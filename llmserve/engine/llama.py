@@ -82,9 +82,10 @@ class LlamaModel:
         shape = (cfg.num_layers, max_slots, cfg.num_kv_heads, max_seq_len + 1, cfg.head_dim)
         self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
         self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
-        # Decode steps replay CUDA graphs when whoever builds the model attaches them
-        # (engine/loader.py: a cuda_graphs.DecodeGraphs with a .decode(tokens, slots, positions, kv_len)).
+        # Decode steps and prefills replay CUDA graphs when whoever builds the model attaches them
+        # (engine/loader.py: a cuda_graphs.DecodeGraphs and a prefill_graphs.PrefillGraphs).
         self.graphs = None
+        self.prefill_graphs = None
 
     def kv_cache_bytes(self) -> int:
         return 2 * self.k_cache.numel() * self.k_cache.element_size()
@@ -118,10 +119,16 @@ class LlamaModel:
         slots: [B]; last: [B] index of the position whose logits to return (None: the only one)
         kv_len: keys 0..kv_len-1 are attended (>= every row's position + 1)
         returns logits [B, vocab] (float32)"""
+        if tokens.shape[1] == 1 and last is None and self.graphs is not None:
+            return self.graphs.decode(tokens, slots, positions, kv_len)
+        return self.forward_eager(tokens, slots, positions, last, kv_len)
+
+    @torch.inference_mode()
+    def forward_eager(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                      last: torch.Tensor | None, kv_len: int) -> torch.Tensor:
+        """forward() without graphs (prefill graphs capture this; prefill_graphs.py)."""
         cfg, w = self.cfg, self.w
         B, S = tokens.shape
-        if S == 1 and last is None and self.graphs is not None:
-            return self.graphs.decode(tokens, slots, positions, kv_len)
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         x = F.embedding(tokens, w["embed_tokens.weight"])
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [B,1,S,D]

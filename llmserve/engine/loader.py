@@ -8,10 +8,11 @@ import torch
 
 from .cuda_graphs import DecodeGraphs
 from .llama import LlamaModel, pick_device, pick_dtype
+from .prefill_graphs import PrefillGraphs
 
 
 def load_model(checkpoint: str, *, device: str, dtype: str, max_slots: int, max_seq_len: int,
-               cuda_graphs: bool, threads: int = 0) -> LlamaModel:
+               cuda_graphs: bool, threads: int = 0, max_input_len: int | None = None) -> LlamaModel:
     """device/dtype: the spec's names ("auto", "cpu", "cuda", "bfloat16", ...); threads 0 keeps torch's."""
     if threads:
         torch.set_num_threads(threads)
@@ -19,4 +20,6 @@ def load_model(checkpoint: str, *, device: str, dtype: str, max_slots: int, max_
     model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), max_slots, max_seq_len)
     if cuda_graphs and dev.type == "cuda":
         model.graphs = DecodeGraphs(model)
+        # Prompts up to max_input_len (default: half the sequence, as 128 in / 128 out) in graphs too.
+        model.prefill_graphs = PrefillGraphs(model, max_input_len or max_seq_len // 2)
     return model

@@ -27,7 +27,7 @@ class EngineService:
         self.tokenizer = load_fast(opts.checkpoint_dir)
         self.model = load_model(opts.checkpoint_dir, device=opts.device, dtype=opts.dtype,
                                 max_slots=opts.max_batch_size, max_seq_len=opts.max_input_len + opts.max_output_len,
-                                cuda_graphs=opts.cuda_graphs, threads=opts.threads)
+                                cuda_graphs=opts.cuda_graphs, threads=opts.threads, max_input_len=opts.max_input_len)
         self.engine = Engine(self.model, self.tokenizer, prefill_token_budget=opts.prefill_token_budget,
                              skip_special_tokens=opts.skip_special_tokens, max_waiting=opts.max_queue_size,
                              request_timeout_s=opts.request_timeout_s,

@@ -20,6 +20,7 @@ sys.path.insert(0, ".")
 from llmserve.engine.cuda_graphs import DecodeGraphs, GraphOptions  # noqa: E402
 from llmserve.engine.engine import Engine  # noqa: E402
 from llmserve.engine.llama import LlamaModel  # noqa: E402
+from llmserve.engine.prefill_graphs import PrefillGraphs  # noqa: E402
 from llmserve.engine.sampling import SamplingParams  # noqa: E402
 from llmserve.engine.sequence import Sequence  # noqa: E402
 
@@ -94,21 +95,26 @@ for name, opt in variants.items():
             torch.cuda.empty_cache()
 results["decode"] = rows
 
-# 2. eager prefill
+# 2. prefill: eager, and replayed from a graph (prefill_graphs.py)
+pg = PrefillGraphs(m, 256, capture=GPU)
 pre = []
 for n in (1, 4, 16):
     tokens = torch.randint(0, m.cfg.vocab_size, (n, 128), device=dev)
     slots = torch.arange(n, device=dev)
     positions = torch.arange(128, device=dev).expand(n, 128)
     last = torch.full((n,), 127, device=dev)
-    r = {"prompts": n, "tokens": 128, "wall_ms": round(wall_ms(lambda: m.forward(tokens, slots, positions, last, 128),
-                                                                 n=10), 3)}
+    prompts = tokens.tolist()
+    r = {"prompts": n, "tokens": 128,
+         "eager_wall_ms": round(wall_ms(lambda: m.forward_eager(tokens, slots, positions, last, 128), n=10), 3),
+         "graph_wall_ms": round(wall_ms(lambda: pg.run(prompts, list(range(n))), n=10), 3)}
     pre.append(r)
     print(json.dumps(r), flush=True)
 results["prefill"] = pre
+del pg
 
 # 3. the engine's steady state, timed per method
 m.graphs = DecodeGraphs(m)  # captures every shape on a GPU; eager on a CPU
+m.prefill_graphs = PrefillGraphs(m, 256, capture=GPU)
 spent: dict[str, float] = {}
 
 

@@ -35,3 +35,29 @@ def test_static_decode_matches_eager():
     end = m.max_seq_len  # everything but the scratch position is identical
     assert torch.allclose(m.k_cache[..., :end, :], k_ref[..., :end, :], atol=1e-5)
     assert torch.allclose(m.v_cache[..., :end, :], v_ref[..., :end, :], atol=1e-5)
+
+
+def test_prefill_graph_body_matches_eager_prefill():
+    """Padded to a (prompts, length) bucket, padding at the scratch position: same logits, same cache."""
+    from llmserve.engine.prefill_graphs import PrefillGraphs, length_buckets
+
+    assert length_buckets(256) == [16, 32, 64, 128, 256] and length_buckets(100) == [16, 32, 64, 100]
+    path = build_checkpoint(load_spec(ROOT / "specs/tiny.yaml"))
+    torch.manual_seed(0)
+    m = LlamaModel(path, torch.device("cpu"), torch.float32, max_slots=6, max_seq_len=40)
+    prompts, slots = [[5, 6, 7, 8, 9], [3] * 11, [4, 2, 9]], [4, 1, 2]
+    width = max(map(len, prompts))
+    tokens = torch.zeros((3, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        tokens[i, : len(p)] = torch.tensor(p)
+    ref = m.forward(tokens, torch.tensor(slots), torch.arange(width).expand(3, width),
+                    torch.tensor([len(p) - 1 for p in prompts]), width)
+    k_ref, v_ref = m.k_cache.clone(), m.v_cache.clone()
+    m.k_cache.zero_(), m.v_cache.zero_()
+    graphs = PrefillGraphs(m, max_input_len=20, capture=False)
+    assert graphs.bucket(3, 11) == (4, 16)
+    out = graphs.run(prompts, slots)
+    assert torch.allclose(out, ref, atol=1e-4)
+    for p, s in zip(prompts, slots):  # every real position holds the same keys and values
+        assert torch.allclose(m.k_cache[:, s, :, : len(p)], k_ref[:, s, :, : len(p)], atol=1e-5)
+        assert torch.allclose(m.v_cache[:, s, :, : len(p)], v_ref[:, s, :, : len(p)], atol=1e-5)

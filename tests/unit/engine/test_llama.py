@@ -6,6 +6,7 @@ from transformers import AutoModelForCausalLM
 
 from llmserve.engine.cuda_graphs import DecodeGraphs
 from llmserve.engine.llama import LlamaModel
+from llmserve.engine.prefill_graphs import PrefillGraphs
 from llmserve.engine.sampling import SamplingParams
 from llmserve.engine.sequence import Sequence
 from llmserve.text.tokenizer import load_fast
@@ -23,8 +24,9 @@ def _hf_greedy(path, prompt, n):
 
 def _run_engine(path, arrivals, n, graphs=False, params=None):
     model = LlamaModel(path, torch.device("cpu"), torch.float32, max_slots=4, max_seq_len=64)
-    if graphs:  # the CUDA-graph step, run eagerly: greedy tokens from the step itself, one read-back
+    if graphs:  # the CUDA-graph steps, run eagerly: padded prefill buckets; greedy tokens from the decode step
         model.graphs = DecodeGraphs(model, capture=False)
+        model.prefill_graphs = PrefillGraphs(model, max_input_len=16, capture=False)
     engine = make_engine(model, load_fast(path))
     outputs = {}
 
