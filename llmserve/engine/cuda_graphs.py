@@ -65,6 +65,10 @@ class GraphOptions:
     instead of written-out matmul / softmax / matmul (5 kernels a layer)."""
     fused_rope: bool = True
     """Rotate q and k together (one set of rotary kernels a layer instead of two)."""
+    compile: bool = False
+    """torch.compile the step body (inductor fuses the norms, rotary and elementwise ops into few
+    kernels) before capturing it: fewer, larger kernels per step, at a compile of about a minute.
+    Off unless LLMSERVE_COMPILE=1 (engine/loader.py) while it is being measured."""
 
 
 @dataclass
@@ -100,6 +104,7 @@ class DecodeGraphs:
         self.kv_buckets = kv_buckets(model.max_seq_len)
         # (B, kb) -> (graph, logits [B, V], picked [2, B]: greedy token and its log-prob per row)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self._run = torch.compile(self._body, dynamic=True) if options.compile else self._body
         self.captured = capture and dev.type == "cuda"
         if self.captured:
             self._capture_all()
@@ -166,10 +171,10 @@ class DecodeGraphs:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for B, kb in shapes:
-                self._body(B, kb)  # warm-up outside the graph (allocator, cuBLAS handles)
+                self._run(B, kb)  # warm-up outside the graph (allocator, cuBLAS handles, compilation)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                    out, picked = self._body(B, kb)
+                    out, picked = self._run(B, kb)
                 self.graphs[(B, kb)] = (graph, out, picked)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
@@ -191,7 +196,7 @@ class DecodeGraphs:
             graph, out, picked = self.graphs[(B, kb)]
             graph.replay()
         else:
-            out, picked = self._body(B, kb)
+            out, picked = self._run(B, kb)
         back = self.host_out[: 2 * B]
         back.copy_(picked.view(-1), non_blocking=True)
         if self.captured:

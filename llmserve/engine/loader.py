@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from .cuda_graphs import DecodeGraphs
+import os
+
+from .cuda_graphs import DecodeGraphs, GraphOptions
 from .llama import LlamaModel, pick_device, pick_dtype
 from .prefill_graphs import PrefillGraphs
 
@@ -19,7 +21,7 @@ def load_model(checkpoint: str, *, device: str, dtype: str, max_slots: int, max_
     dev = pick_device(device)
     model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), max_slots, max_seq_len)
     if cuda_graphs and dev.type == "cuda":
-        model.graphs = DecodeGraphs(model)
+        model.graphs = DecodeGraphs(model, options=GraphOptions(compile=os.environ.get("LLMSERVE_COMPILE") == "1"))
         # Prompts up to max_input_len (default: half the sequence, as 128 in / 128 out) in graphs too.
         model.prefill_graphs = PrefillGraphs(model, max_input_len or max_seq_len // 2)
     return model

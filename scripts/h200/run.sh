@@ -7,7 +7,7 @@
 #   weights  random bf16 1.07B Llama built on the GPU (scripts/h200/make_weights.py), always
 #   p        where a step goes: scripts/h200/step_profile.py (graph variants, prefill, engine split)
 #   b        engine in-process (tools/bench.py --targets engine) at CONC, min_tokens = max_tokens like the
-#            Triton targets; with EAGER=1 also eager (no CUDA graphs) at 1,64
+#            Triton targets; with COMPILE=1 also with torch.compile (CONC_COMPILE); with EAGER=1 also eager at 1,64
 #   o        the same with the code in $BASE (default .h13/base: the tree before this work), for a
 #            side-by-side "before" in the same run
 #   c        for each repository in REPOS (default model_repository): tritonserver, 2 smoke requests to the
@@ -63,6 +63,10 @@ if has b; then
   stamp "(b) engine in-process"
   timeout ${B_TIMEOUT:-120} $BENCH --targets engine $ENGINE --concurrency ${CONC_B:-$CONC} --duration $DUR \
     --label "engine, this tree" --out $W/b
+  if [ -n "${COMPILE:-}" ]; then  # the decode body through torch.compile before capture (GraphOptions.compile)
+    LLMSERVE_COMPILE=1 timeout ${B_TIMEOUT:-240} $BENCH --targets engine $ENGINE --concurrency ${CONC_COMPILE:-64,128} \
+      --duration $DUR --label "engine, torch.compile" --out $W/b_compile
+  fi
   if [ -n "${EAGER:-}" ]; then
     LLMSERVE_CUDA_GRAPHS=0 $BENCH --targets engine $ENGINE --engine-eager --concurrency 1,64 --duration $DUR \
       --label "eager" --out $W/b_eager

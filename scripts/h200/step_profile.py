@@ -70,11 +70,16 @@ def wall_ms(fn, n=50) -> float:
 # 1. decode step variants
 variants = {"written-out attention, separate q/k rotary (before)": GraphOptions(sdpa=False, fused_rope=False),
             "+ fused q/k rotary": GraphOptions(sdpa=False, fused_rope=True),
-            "+ SDPA attention (default)": GraphOptions(sdpa=True, fused_rope=True)}
+            "+ SDPA attention (default)": GraphOptions(sdpa=True, fused_rope=True),
+            "+ torch.compile of the body": GraphOptions(sdpa=True, fused_rope=True, compile=True)}
+reference: dict[int, torch.Tensor] = {}  # logits of the first variant, to check the others against
 rows = []
 for name, opt in variants.items():
     for B in (64, 128):
+        if opt.compile and (not GPU or B != 64):  # one compile is enough to compare
+            continue
         g = DecodeGraphs(m, capture=False, options=opt)
+        t0 = time.perf_counter()
         try:
             if GPU:
                 g.capture([(B, 256)])
@@ -84,10 +89,19 @@ for name, opt in variants.items():
             continue
         graph = g.graphs[(B, 256)][0] if GPU else SimpleNamespace(replay=lambda: g._body(B, 256))
         slots = list(range(B))
+        torch.manual_seed(B)  # the same inputs and cache for every variant
         toks = torch.randint(0, m.cfg.vocab_size, (B,)).tolist()
         pos = [150 + (i % 80) for i in range(B)]
-        r = {"variant": name, "batch": B, "kv_bucket": 256, "graph_gpu_ms": round(gpu_ms(graph.replay), 3),
-             "step_wall_ms": round(wall_ms(lambda: g.step(slots, toks, pos, 240)), 3)}
+        capture_s = time.perf_counter() - t0
+        m.k_cache.normal_(generator=torch.Generator(dev).manual_seed(1))
+        m.v_cache.normal_(generator=torch.Generator(dev).manual_seed(2))
+        logits = g.step(slots, toks, pos, 240).logits(list(range(B))).clone()
+        ref = reference.setdefault(B, logits)
+        r = {"variant": name, "batch": B, "kv_bucket": 256, "capture_s": round(capture_s, 1),
+             "graph_gpu_ms": round(gpu_ms(graph.replay), 3),
+             "step_wall_ms": round(wall_ms(lambda: g.step(slots, toks, pos, 240)), 3),
+             "rel_err_vs_first": float((logits - ref).norm() / ref.norm()),
+             "argmax_agree": float((logits.argmax(-1) == ref.argmax(-1)).float().mean())}
         rows.append(r)
         print(json.dumps(r), flush=True)
         del g, graph
