@@ -11,7 +11,9 @@ whatever the client sends."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 RESTRICTED_APIS = ("model-repository", "logging", "trace", "shared-memory", "statistics", "model-config")
 ADMIN_HEADER = "llmserve-admin-key"
@@ -24,15 +26,51 @@ def restricted_flags(key: str) -> list[str]:
             f"--grpc-restricted-protocol={apis}:{ADMIN_HEADER}={key}"]
 
 
+def scrub_argv(pid: int, secret: str, timeout_s: float = 30.0) -> bool:
+    """Overwrite `secret` in a child's command line once the child has parsed it, so `ps` and
+    /proc/<pid>/cmdline no longer show it. tritonserver takes its restricted-API key only on the
+    command line; it copies its arguments into its settings before it starts any thread, so a
+    second thread means the parsing is over and the original argv memory is no longer read.
+    Needs the right to write the child's memory (same user, the default ptrace policy). The key is
+    visible for the few milliseconds before; returns False if it could not be scrubbed."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(os.listdir(f"/proc/{pid}/task")) < 2:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat fields 48 and 49)
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            args = mem.read(end - start)
+            needle = secret.encode()
+            if needle not in args:
+                return True
+            mem.seek(start)
+            mem.write(args.replace(needle, b"*" * len(needle)))
+        return True
+    except OSError:
+        return False
+
+
 def main(argv=None) -> int:
+    """flags: the tritonserver flags for the key in $LLMSERVE_ADMIN_KEY (an environment variable,
+    not an argument: arguments are visible to every local user). scrub PID: wait until that
+    process (the launcher's pid, which `exec tritonserver` keeps) has parsed its command line, then
+    mask the key there (docker/launch.sh starts this in the background just before its exec)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) == 2 and args[0] == "flags":
-        print("\n".join(restricted_flags(args[1])))
+    key = os.environ.get(ADMIN_KEY_ENV, "")
+    if args == ["flags"] and key:
+        print("\n".join(restricted_flags(key)))
         return 0
+    if len(args) == 2 and args[0] == "scrub" and args[1].isdigit() and key:
+        return 0 if scrub_argv(int(args[1]), key, timeout_s=10) else 1
     if args == ["header"]:
         print(ADMIN_HEADER)
         return 0
-    print("usage: python -m llmserve.deploy.security flags KEY | header", file=sys.stderr)
+    print(f"usage: {ADMIN_KEY_ENV}=KEY python -m llmserve.deploy.security flags | scrub PID | header", file=sys.stderr)
     return 2
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..spec import ROOT
 from .reaper import Reaper
-from .security import ADMIN_KEY_ENV, restricted_flags
+from .security import ADMIN_KEY_ENV, restricted_flags, scrub_argv
 
 LOCAL_COPY = ROOT / "build" / "tritonserver"
 
@@ -122,35 +122,6 @@ def is_ready(http_port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> b
     try:
         with urllib.request.urlopen(f"http://{host}:{http_port}/v2/health/ready", timeout=timeout) as r:
             return r.status == 200
-    except OSError:
-        return False
-
-
-def scrub_argv(pid: int, secret: str, timeout_s: float = 30.0) -> bool:
-    """Overwrite `secret` in a child's command line once the child has parsed it, so `ps` and
-    /proc/<pid>/cmdline no longer show it. tritonserver takes its restricted-API key only on the
-    command line; it copies its arguments into its settings before it starts any thread, so a
-    second thread means the parsing is over and the original argv memory is no longer read.
-    Needs the right to write the child's memory (same user, the default ptrace policy). The key is
-    visible for the few milliseconds before; returns False if it could not be scrubbed."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(os.listdir(f"/proc/{pid}/task")) < 2:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.002)
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat fields 48 and 49)
-        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            args = mem.read(end - start)
-            needle = secret.encode()
-            if needle not in args:
-                return True
-            mem.seek(start)
-            mem.write(args.replace(needle, b"*" * len(needle)))
-        return True
     except OSError:
         return False
 

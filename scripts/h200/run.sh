@@ -26,6 +26,8 @@ mkdir -p "$OUT" "$H/work"
 W=$H/work
 exec > >(tee -a "$OUT/run.log") 2>&1
 export PYTHONUNBUFFERED=1 LLMSERVE_USE_PYTRITON=1
+# The servers' admin key: perf_analyzer needs it to read model configs (a restricted API).
+export LLMSERVE_ADMIN_KEY=${LLMSERVE_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 CONC=${CONC:-1,8,32,64,128}
 DUR=${DUR:-6}
 STATIC_BS=${STATIC_BS:-64}

@@ -59,7 +59,9 @@ def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
                     event = json.loads(line[5:])
                     if "error" in event:
                         raise ConnectionError(event["error"])
-                    tokens += 1
+                    # One event can carry several tokens (the engine coalesces when sends queue up).
+                    lp = event.get("output_log_probs")
+                    tokens += len(lp) if isinstance(lp, list) else 1
         if tokens == max_tokens:
             c.ok += 1
         else:

@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from llmserve.contract import ENSEMBLE, UNARY_SUFFIX
 
-from .conftest import MAX_BATCH, QUEUE, rss_kb, wait_metric
+from .conftest import MAX_BATCH, QUEUE, reliability_server, rss_kb, wait_metric
 
 pytestmark = pytest.mark.e2e
 

@@ -93,8 +93,10 @@ def test_launch_single_gpu(tmp_path):
     assert "TRTLLM_ORCHESTRATOR=\n" in r.stdout + "\n"  # leader mode
     for flag in ("--model-control-mode=none", "--strict-readiness=true", "--exit-timeout-secs=45",
                  f"--model-repository={repo}", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
-                 "--http-restricted-api=model-repository,logging,trace,shared-memory:admin-key=secret",
-                 "--grpc-restricted-protocol=model-repository,logging,trace,shared-memory:admin-key=secret"):
+                 "--http-restricted-api=model-repository,logging,trace,shared-memory,statistics,model-config:"
+                 "llmserve-admin-key=secret",
+                 "--grpc-restricted-protocol=model-repository,logging,trace,shared-memory,statistics,model-config:"
+                 "llmserve-admin-key=secret"):
         assert flag in args, flag
     assert args[-1] == "--log-verbose=1"  # extra flags pass through
     assert not any(a.startswith("--cuda-memory-pool-byte-size") for a in args)
@@ -129,7 +131,7 @@ def test_launch_admin_key_defaults_to_random(tmp_path):
     for _ in range(2):
         r = _launch(tmp_path, repo)
         (api,) = [a for a in _args(r.stdout) if a.startswith("--http-restricted-api=")]
-        keys.add(api.split("admin-key=")[1])
+        keys.add(api.split("llmserve-admin-key=")[1])
     assert len(keys) == 2 and all(len(k) == 32 for k in keys)
 
 
