@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .layers import decoder_layer, logits, rotate
+from .layers import decoder_layer, logits, rms_norm, rms_norm_fused, rotate
 
 
 def batch_buckets(max_slots: int) -> list[int]:
@@ -65,6 +65,8 @@ class GraphOptions:
     instead of written-out matmul / softmax / matmul (5 kernels a layer)."""
     fused_rope: bool = True
     """Rotate q and k together (one set of rotary kernels a layer instead of two)."""
+    fused_norm: bool = True
+    """RMSNorm through F.rms_norm (a fused kernel where torch has one) instead of written-out ops."""
     compile: bool = False
     """torch.compile the step body (inductor fuses the norms, rotary and elementwise ops into few
     kernels) before capturing it: fewer, larger kernels per step, at a compile of about a minute.
@@ -150,9 +152,10 @@ class DecodeGraphs:
                 a = torch.matmul(torch.softmax(scores, dim=-1).to(values.dtype), values)
             return a.reshape(B, nh * hd)  # [B, nkv, g, hd] -> [B, nh*hd]
 
+        norm = rms_norm_fused if opt.fused_norm else rms_norm
         for i in range(cfg.num_layers):
-            x = decoder_layer(x, w, i, cfg, attend)
-        out = logits(x, w, cfg)
+            x = decoder_layer(x, w, i, cfg, attend, norm)
+        out = logits(x, w, cfg, norm)
         token = out.argmax(-1)
         logprob = out.gather(1, token.unsqueeze(1)).squeeze(1) - torch.logsumexp(out, dim=-1)
         return out, torch.stack((token.double(), logprob.double()))

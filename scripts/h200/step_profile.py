@@ -8,6 +8,7 @@
    step split into prefill / decode / accept (host), from timers around the engine's methods."""
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -68,10 +69,14 @@ def wall_ms(fn, n=50) -> float:
 
 
 # 1. decode step variants
-variants = {"written-out attention, separate q/k rotary (before)": GraphOptions(sdpa=False, fused_rope=False),
-            "+ fused q/k rotary": GraphOptions(sdpa=False, fused_rope=True),
-            "+ SDPA attention (default)": GraphOptions(sdpa=True, fused_rope=True),
-            "+ torch.compile of the body": GraphOptions(sdpa=True, fused_rope=True, compile=True)}
+variants = {"written-out attention, separate q/k rotary (before)": GraphOptions(sdpa=False, fused_rope=False,
+                                                                                fused_norm=False),
+            "+ fused q/k rotary": GraphOptions(sdpa=False, fused_rope=True, fused_norm=False),
+            "+ SDPA attention": GraphOptions(sdpa=True, fused_rope=True, fused_norm=False),
+            "+ F.rms_norm (default)": GraphOptions(sdpa=True, fused_rope=True, fused_norm=True),
+            "+ torch.compile of the body": GraphOptions(compile=True)}
+if os.environ.get("PROFILE_NO_COMPILE"):
+    variants.pop("+ torch.compile of the body")
 reference: dict[int, torch.Tensor] = {}  # logits of the first variant, to check the others against
 rows = []
 for name, opt in variants.items():
