@@ -137,9 +137,10 @@ class TritonProcess:
         self.paths = locate()
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.admin_key = admin_key or os.environ.get(ADMIN_KEY_ENV) or os.urandom(16).hex()
+        self.instance_tag = f"llmserve{http_port}"  # also the stubs' shared-memory prefix
         self.cmd = command(self.paths, Path(repository).resolve(), http_port=http_port, grpc_port=grpc_port,
                            metrics_port=metrics_port, exit_timeout_s=exit_timeout_s,
-                           instance_tag=f"llmserve{http_port}", admin_key=self.admin_key, address=address,
+                           instance_tag=self.instance_tag, admin_key=self.admin_key, address=address,
                            extra=list(extra))
         self.log_path = log_path
         self.reaper = reaper
@@ -162,12 +163,23 @@ class TritonProcess:
         """kill -9 the server and everything in its process group (its Python stubs)."""
         self._end_group()
 
+    def _remove_shm(self) -> None:
+        """Shared-memory regions of this server's Python stubs, left behind when they were killed
+        (a stub removes its own only on a clean exit). Nothing of the group runs any more; the prefix
+        is this server's own (its HTTP port)."""
+        for f in Path("/dev/shm").glob(f"{self.instance_tag}_*"):
+            try:
+                f.unlink()
+            except OSError:
+                pass
+
     def _end_group(self) -> int | None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         rc = self.proc.wait()
+        self._remove_shm()
         if self.reaper:
             self.reaper.unregister(self.proc.pid)
         if self._log:

@@ -26,7 +26,7 @@ from .fuzz_lib import Alongside, Tally, classify_error, classify_http, is_ready
 from .test_fuzz_grpc import DTYPES, FUZZ, SHAPES, build, classify_grpc_error, values
 
 pytestmark = pytest.mark.e2e
-EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_TOKEN_EXAMPLES", os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "150")))
+EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_TOKEN_EXAMPLES", os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "100")))
 TIMEOUT_S = 60
 DECLARED = {t.name: t.dtype for t in ENGINE_INPUTS}
 VOCAB = 49152  # SmolLM2's tokenizer (the tiny spec borrows it)

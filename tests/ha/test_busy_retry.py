@@ -5,8 +5,10 @@ Its own small cluster: two replicas of one engine slot and a queue of one each."
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
+import time
 
 import pytest
 import requests
@@ -50,6 +52,11 @@ def small_cluster(tmp_path_factory):
     c.stop()
 
 
+def _gauge(replica, name: str) -> float:
+    text = requests.get(f"http://127.0.0.1:{replica.ports[2]}/metrics", timeout=5).text
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
 def test_busy_replica_request_is_served_by_another(small_cluster, emit):
     c = small_cluster
     full = c.replicas[0]
@@ -58,13 +65,13 @@ def test_busy_replica_request_is_served_by_another(small_cluster, emit):
                     for _ in range(2)]  # one generating, one waiting: replica 0 is full
     for t in busy_threads:
         t.start()
-    refused = None
-    for _ in range(100):  # until replica 0 itself refuses
-        r = requests.post(direct, json={"text_input": "hi", "max_tokens": 1}, timeout=60)
-        if r.status_code != 200:
-            refused = r
-            break
-    assert refused is not None and "busy" in refused.text.lower(), "replica 0 never filled up"
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    while not (_gauge(full, "llmserve_requests_running") >= 1 and _gauge(full, "llmserve_requests_waiting") >= 1):
+        assert time.monotonic() - t0 < 60, "replica 0 never filled up"
+        time.sleep(0.05)
+    refused = requests.post(direct, json={"text_input": "hi", "max_tokens": 1}, timeout=60)
+    assert refused.status_code != 200 and "busy" in refused.text.lower(), refused.text
     before = c.api.stat()
     results = [requests.post(f"http://127.0.0.1:{c.http_port}/v2/models/ensemble/generate",
                              json={"text_input": "hi", "max_tokens": 2}, timeout=120) for _ in range(6)]
