@@ -113,7 +113,12 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
     async def complete(request: Request, kind: type):
         arrival = time.monotonic()
         keys.check(request.headers.get("authorization"))
+        limit = max(1 << 20, 4 * service.builder.max_prompt_bytes)  # a prompt that could fit, in JSON
+        if int(request.headers.get("content-length") or 0) > limit:
+            raise APIError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
         raw = await request.body()
+        if len(raw) > limit:
+            raise APIError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
         try:
             data = json.loads(raw)
         except ValueError as e:

@@ -41,6 +41,10 @@ class PromptBuilder:
         self.tok = load_hf_tokenizer(tokenizer_dir, trust_remote_code)
         self.limits, self.add_special_tokens = limits, add_special_tokens
         self.has_chat_template = bool(self.tok.chat_template)
+        # No token stands for more UTF-8 bytes than its vocabulary string has, so a prompt longer
+        # than this cannot fit max_input_len tokens: refuse it before tokenizing (as preprocessing does).
+        longest = max((len(t.encode("utf-8")) for t in self.tok.get_vocab()), default=1)
+        self.max_prompt_bytes = limits.max_input_len * max(1, longest)
 
     def render_chat(self, messages: list[Message]) -> str:
         if not self.has_chat_template:
@@ -64,8 +68,12 @@ class PromptBuilder:
                 raise bad_request("prompt", "the prompt must not be empty")
         if any(w == "" for w in req.stop_words()):
             raise bad_request("stop", "stop sequences must not be empty")
-        n = self.count(text)
         lim = self.limits
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > self.max_prompt_bytes:
+            raise bad_request(where, f"The prompt is {size} bytes, longer than any prompt of at most "
+                                     f"{lim.max_input_len} tokens.", code="context_length_exceeded")
+        n = self.count(text)
         if n > lim.max_input_len:
             raise bad_request(where, f"This model's maximum prompt length is {lim.max_input_len} tokens; "
                                      f"this prompt has {n} tokens.", code="context_length_exceeded")

@@ -120,6 +120,27 @@ def stop_request(request_id: str, model: str = ENGINE) -> service_pb2.ModelInfer
     return req
 
 
+def read_piece(resp: service_pb2.ModelInferResponse) -> Optional[Piece]:
+    """text_output and the token count (one FP32 log-prob per token) of one streamed response,
+    read from the raw bytes (no numpy: this runs for every response of every stream). A BYTES
+    element is a 4-byte little-endian length and the bytes."""
+    raw = {o.name: resp.raw_output_contents[i] for i, o in enumerate(resp.outputs)} if resp.raw_output_contents else {}
+    if "text_output" not in raw:
+        if not any(o.name == "text_output" for o in resp.outputs):
+            return None
+        result = InferResult(resp)  # contents in the typed fields instead: the general path
+        text = result.as_numpy("text_output")
+        lp = result.as_numpy("output_log_probs")
+        return Piece(b"".join(text.reshape(-1)).decode("utf-8"), int(lp.size) if lp is not None else 1)
+    buf, parts, i = raw["text_output"], [], 0
+    while i + 4 <= len(buf):
+        n = int.from_bytes(buf[i:i + 4], "little")
+        parts.append(buf[i + 4:i + 4 + n])
+        i += 4 + n
+    lp = raw.get("output_log_probs")
+    return Piece(b"".join(parts).decode("utf-8"), len(lp) // 4 if lp is not None else 1)
+
+
 def classify(message: str) -> str:
     """An in-band error message from Triton or a model -> 'request' | 'busy' | 'timeout' | 'server'."""
     if any(b in message for b in BUSY_MESSAGES):
@@ -220,13 +241,9 @@ class EnsembleClient:
                         if kind == "timeout":
                             raise APIError(504, msg.error_message, code="timeout")
                         raise Retryable(f"{ep.url}: {msg.error_message}", busy=kind == "busy")
-                    result = InferResult(msg.infer_response)
-                    text = result.as_numpy("text_output")
-                    if text is not None:
-                        lp = result.as_numpy("output_log_probs")
-                        n = int(lp.size) if lp is not None else 1
-                        piece = b"".join(text.reshape(-1)).decode("utf-8")
-                        yield Piece(piece, n)
+                    piece = read_piece(msg.infer_response)
+                    if piece is not None:
+                        yield piece
                     final = msg.infer_response.parameters.get("triton_final_response")
                     if final is not None and final.bool_param:
                         finished = True

@@ -1,12 +1,10 @@
-"""A frontend on a free port with a scripted stand-in for the Triton servers: the HTTP surface,
+"""A frontend on a free port (in a thread) with a scripted stand-in for the Triton servers: the HTTP surface,
 SSE framing, errors and usage tested with the real openai SDK in a second, without Triton."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
 
 import uvicorn
 
@@ -14,50 +12,10 @@ from llmserve.openai_api.app import create_app
 from llmserve.openai_api.auth import KeyCheck
 from llmserve.openai_api.prompts import Limits
 from llmserve.openai_api.service import Service, Settings
-from llmserve.openai_api.triton import Piece
+from llmserve.openai_api.scripted import ScriptedEnsemble
 
 
-@dataclass
-class FakeEnsemble:
-    """Answers every request with `pieces` (text, tokens), optionally slowly; records what it got."""
-
-    pieces: list[tuple[str, int]] = field(default_factory=lambda: [("Hello", 1), (" world", 2), ("!", 1)])
-    delay_s: float = 0.0
-    error: Exception | None = None
-    requests: list[dict] = field(default_factory=list)
-    active: int = 0
-    cancelled: int = 0
-
-    async def start(self):
-        pass
-
-    async def close(self):
-        pass
-
-    def ready(self) -> bool:
-        return True
-
-    async def generate(self, request: dict, request_id: str, trace):
-        self.requests.append(request)
-        trace.dispatched_at = time.monotonic()
-        if self.error is not None:
-            raise self.error
-        self.active += 1
-        budget = request["max_tokens"]
-        try:
-            for text, n in self.pieces:
-                if budget <= 0:
-                    return
-                n = min(n, budget)
-                budget -= n
-                await asyncio.sleep(self.delay_s)
-                trace.tokens += n
-                yield Piece(text, n)
-        except (asyncio.CancelledError, GeneratorExit):
-            self.cancelled += 1
-            raise
-        finally:
-            self.active -= 1
+FakeEnsemble = ScriptedEnsemble
 
 
 class Frontend:

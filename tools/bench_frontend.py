@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""The OpenAI frontend alone, with a scripted ensemble behind it (no Triton, no model): what the
+frontend itself costs per request, measured with the same client as everything else.
+
+    python tools/bench_frontend.py --port 9100 &             # serves /v1 with instant scripted answers
+    python tools/cpu_of.py --pid $! --requests-from results/frontend/results.json --warmups 8 -- \\
+        python tools/bench.py --targets openai --openai-url localhost:9100 --concurrency 1,8 \\
+        --input-len 64 --output-len 32 --requests 200 --warmup 8 --out results/frontend
+
+Every request gets --output-len tokens, one per streamed response, as fast as the frontend takes
+them (--delay-ms between responses to mimic an engine). Prompts are templated and tokenized as for
+the real model (the spec's checkpoint)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import uvicorn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from llmserve.openai_api.app import create_app  # noqa: E402
+from llmserve.openai_api.auth import KeyCheck  # noqa: E402
+from llmserve.openai_api.config import settings_from_spec  # noqa: E402
+from llmserve.openai_api.scripted import ScriptedEnsemble  # noqa: E402
+from llmserve.openai_api.service import Service  # noqa: E402
+from llmserve.spec import DEFAULT_SPEC, load_spec  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spec", default=str(DEFAULT_SPEC))
+    ap.add_argument("--port", type=int, default=9100)
+    ap.add_argument("--output-len", type=int, default=512, help="tokens scripted per answer (cut to max_tokens)")
+    ap.add_argument("--delay-ms", type=float, default=0.0)
+    args = ap.parse_args()
+    spec = load_spec(args.spec)
+    settings = settings_from_spec(spec, ["unused:1"])
+    ensemble = ScriptedEnsemble(pieces=[(" tok", 1)] * args.output_len, delay_s=args.delay_ms / 1000,
+                                keep_requests=False)
+    app = create_app(Service(settings, client=ensemble), KeyCheck([]))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="asyncio")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
