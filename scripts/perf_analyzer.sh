@@ -49,9 +49,11 @@ PY
 
 for c in ${CONCURRENCY//,/ }; do
   echo "== perf_analyzer concurrency $c"
-  # model-config is a restricted API (llmserve/deploy/security.py): perf_analyzer reads it with the key.
+  # model-config is a restricted API (llmserve/deploy/security.py): perf_analyzer reads it with the key
+  # (over gRPC Triton 2.51 expects the header as triton-grpc-protocol-<name>, seen on the H200).
   "$PA" -m "$MODEL" -i grpc --streaming --async -u "$URL" --input-data "$DATA" \
     ${LLMSERVE_ADMIN_KEY:+-H "llmserve-admin-key:$LLMSERVE_ADMIN_KEY"} \
+    ${LLMSERVE_ADMIN_KEY:+-H "triton-grpc-protocol-llmserve-admin-key:$LLMSERVE_ADMIN_KEY"} \
     --shape text_input:1 --shape max_tokens:1 --shape min_tokens:1 --shape stream:1 --shape apply_chat_template:1 \
     --concurrency-range "$c" --measurement-interval "$MEASUREMENT_MS" --stability-percentage 999 --max-trials 3 \
     -f "$OUT_DIR/pa_c$c.csv" --profile-export-file "$OUT_DIR/pa_c$c.profile.json" 2>&1 | tee "$OUT_DIR/pa_c$c.log"

@@ -26,6 +26,7 @@ mkdir -p "$OUT" "$H/work"
 W=$H/work
 exec > >(tee -a "$OUT/run.log") 2>&1
 export PYTHONUNBUFFERED=1 LLMSERVE_USE_PYTRITON=1
+export LLMSERVE_ADMIN_KEY=${LLMSERVE_ADMIN_KEY:-h200-bench-$RANDOM}  # perf_analyzer reads the model config with it
 # The servers' admin key: perf_analyzer needs it to read model configs (a restricted API).
 export LLMSERVE_ADMIN_KEY=${LLMSERVE_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 CONC=${CONC:-1,8,32,64,128}

@@ -128,8 +128,7 @@ for n in (1, 4, 16):
          "graph_wall_ms": round(wall_ms(lambda: pg.run(prompts, list(range(n))), n=10), 3)}
     pre.append(r)
     print(json.dumps(r), flush=True)
-results["prefill"] = pre
-del pg
+results["prefill"] = pre  # (pg stays alive: freeing its graphs while others are captured breaks the capture)
 
 # 3. the engine's steady state, timed per method
 m.graphs = DecodeGraphs(m)  # captures every shape on a GPU; eager on a CPU
