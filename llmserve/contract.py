@@ -16,6 +16,7 @@ class Tensor:
     dims: tuple[int, ...]
     optional: bool = True
     reshape_scalar: bool = False  # [1] per item presented to the model as a scalar, as upstream does
+    ragged: bool = False  # allow_ragged_batch: requests of different lengths may share a batch
 
     @property
     def np_dtype(self):
@@ -54,7 +55,7 @@ ENSEMBLE_OUTPUTS: list[Tensor] = [
 
 # --- tensorrt_llm (token level; identical for the torch and the TensorRT-LLM engine) ------------
 ENGINE_INPUTS: list[Tensor] = [
-    Tensor("input_ids", "INT32", (-1,), optional=False),
+    Tensor("input_ids", "INT32", (-1,), optional=False, ragged=True),
     Tensor("input_lengths", "INT32", (1,), optional=False, reshape_scalar=True),
     Tensor("request_output_len", "INT32", (1,), optional=False, reshape_scalar=True),
     *_scalars("INT32", "end_id", "pad_id", "beam_width", "runtime_top_k", "min_tokens", reshape=True),
@@ -62,8 +63,8 @@ ENGINE_INPUTS: list[Tensor] = [
               "frequency_penalty", reshape=True),
     Tensor("seed", "UINT64", (1,), reshape_scalar=True),
     *_scalars("BOOL", "streaming", "exclude_input_in_output", "return_log_probs", reshape=True),
-    Tensor("stop_words_list", "INT32", (2, -1)),  # row 0: concatenated ids, row 1: end offsets (-1 pad)
-    Tensor("bad_words_list", "INT32", (2, -1)),
+    Tensor("stop_words_list", "INT32", (2, -1), ragged=True),  # row 0: concatenated ids, row 1: end offsets (-1 pad)
+    Tensor("bad_words_list", "INT32", (2, -1), ragged=True),
     # Upstream's cancel-by-id: a request with stop=true cancels the requests with its request id
     # (postprocessing sends one when its step sees the ensemble request cancelled).
     Tensor("stop", "BOOL", (1,), reshape_scalar=True),
@@ -73,13 +74,18 @@ ENGINE_OUTPUTS: list[Tensor] = [
     Tensor("sequence_length", "INT32", (-1,)),  # [beam]
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
-    # Ours, additive (the C++ backend does not produce it): in streaming, up to CONTEXT_TOKENS tokens
-    # of this request's output that precede output_ids, so postprocessing can detokenize each chunk
-    # exactly without keeping per-request state (see llmserve/text/detokenize.py).
+    # Ours, additive (the C++ backend does not produce it; in the tensorrtllm layout the relay in
+    # front of it does): in streaming, up to CONTEXT_TOKENS tokens of this request's output that
+    # precede output_ids, so postprocessing can detokenize each chunk exactly without keeping
+    # per-request state (see llmserve/text/detokenize.py).
     Tensor("output_context_ids", "INT32", (-1, -1)),
 ]
-TORCH_ONLY_OUTPUTS = {"output_context_ids"}
 CONTEXT_TOKENS = 8
+
+# --- tensorrtllm layout: the relay (tensorrt_llm) in front of the C++ backend model ------------
+RELAY_INPUTS: list[Tensor] = ENGINE_INPUTS
+BACKEND_INPUTS: list[Tensor] = ENGINE_INPUTS
+BACKEND_OUTPUTS: list[Tensor] = [t for t in ENGINE_OUTPUTS if t.name != "output_context_ids"]
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------
 PREPROCESSING_INPUTS: list[Tensor] = ENSEMBLE_INPUTS
@@ -101,14 +107,26 @@ POSTPROCESSING_INPUTS: list[Tensor] = [
     # Only tensors that come from tensorrt_llm: Triton refuses an ensemble step that mixes inputs
     # from a decoupled model with inputs from another model.
     Tensor("output_context_ids", "INT32", (-1, -1)),
+    # Sent by TensorRT-LLM only when the request sets return_log_probs. Postprocessing always answers
+    # them (zeros, one per token, when absent) so the ensemble's outputs never depend on whether an
+    # engine sent an optional tensor.
+    Tensor("cum_log_probs", "FP32", (-1,)),
+    Tensor("output_log_probs", "FP32", (-1, -1)),
 ]
-POSTPROCESSING_OUTPUTS: list[Tensor] = [Tensor("text_output", "STRING", (-1,))]
+POSTPROCESSING_OUTPUTS: list[Tensor] = [
+    Tensor("text_output", "STRING", (-1,)),
+    Tensor("cum_log_probs", "FP32", (-1,)),
+    Tensor("output_log_probs", "FP32", (-1, -1)),
+]
+# Inside the ensemble the engine's log probs are their own tensors (postprocessing's are the outputs).
+ENGINE_TENSOR_IN_ENSEMBLE = {"cum_log_probs": "engine_cum_log_probs", "output_log_probs": "engine_output_log_probs"}
 
 # Ensemble tensor -> tensorrt_llm input, where names differ (upstream client names on the left).
 ENSEMBLE_TO_ENGINE = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "out_end_id": "end_id", "out_pad_id": "pad_id"}
 
 # Model names in the repository.
 PREPROCESSING, ENGINE, POSTPROCESSING, ENSEMBLE = "preprocessing", "tensorrt_llm", "postprocessing", "ensemble"
+BACKEND = "tensorrt_llm_cpp"  # tensorrtllm layout: the C++ TensorRT-LLM backend model behind the relay
 UNARY_SUFFIX = "_unary"
 
 

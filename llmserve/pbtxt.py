@@ -24,6 +24,8 @@ def io(tensors: list[C.Tensor], cls):
             kw["optional"] = t.optional
             if t.reshape_scalar:
                 kw["reshape"] = mc.ModelTensorReshape(shape=[])
+            if t.ragged:
+                kw["allow_ragged_batch"] = True
         out.append(cls(**kw))
     return out
 

@@ -34,12 +34,13 @@ class Server:
         return f"http://localhost:{self.process.metrics_port}/metrics"
 
 
-def start_server(spec_path: Path, workdir: Path, *, repository: Path | None = None, extra=()) -> Server:
+def start_server(spec_path: Path, workdir: Path, *, repository: Path | None = None, extra=(),
+                 standin: bool = False) -> Server:
     spec = load_spec(spec_path)
     build_checkpoint(spec)
     if repository is None:
         repository = workdir / "model_repository"
-        write_repository(spec, spec_path.name, repository)
+        write_repository(spec, spec_path.name, repository, standin=standin)
     http, grpc, metrics = free_ports(3)
     log = workdir / f"tritonserver-{http}.log"
     proc = TritonProcess(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
@@ -60,6 +61,21 @@ def tiny_server(tmp_path_factory):
     server = start_server(ROOT / "specs/tiny.yaml", tmp_path_factory.mktemp("tiny"))
     yield server
     server.process.stop()
+
+
+@pytest.fixture(scope="session")
+def trtllm_server(tmp_path_factory):
+    """The tensorrtllm layout for the tiny model: every model exactly as production generates it (the
+    relay in front of the C++ backend's model), the C++ backend replaced by its CI stand-in."""
+    server = start_server(ROOT / "specs/tiny-trtllm.yaml", tmp_path_factory.mktemp("tiny-trtllm"), standin=True)
+    yield server
+    server.process.stop()
+
+
+@pytest.fixture(scope="session", params=["torch", "tensorrtllm"])
+def layout_server(request):
+    """The same ensemble tests against both layouts, one server each for the whole session."""
+    return request.getfixturevalue("tiny_server" if request.param == "torch" else "trtllm_server")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""Spec -> configs of the Python-backend models (preprocessing, postprocessing, the torch engine,
-the unary twins) and of the ensemble that chains them, as `ModelConfig` protobufs (llmserve.pbtxt)."""
+"""Spec -> configs of the Python-backend models (preprocessing, postprocessing, the torch engine, the
+tensorrtllm layout's relay and its CI stand-in for the C++ backend, the unary twins) and of the
+ensemble that chains them, as `ModelConfig` protobufs (llmserve.pbtxt)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from .. import contract as C
 from ..pbtxt import dynamic_batching, io, params, rel
 from ..pipeline.options import EngineOptions, PostprocessOptions, PreprocessOptions
 from ..spec import Spec
+from ..trtllm.relay import RelayOptions
+from ..trtllm.upstream import STANDIN_PREFIX
 
 MODEL_SOURCES = Path(__file__).resolve().parents[1] / "triton_models"
 
@@ -69,10 +72,28 @@ def torch_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     )
 
 
-def engine_outputs(spec: Spec) -> list[C.Tensor]:
-    if spec.engine.kind == "torch":
-        return C.ENGINE_OUTPUTS
-    return [t for t in C.ENGINE_OUTPUTS if t.name not in C.TORCH_ONLY_OUTPUTS]
+def relay(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
+    """tensorrtllm layout: `tensorrt_llm` is the token relay in front of the C++ backend model
+    (trtllm/relay.py); same token-level contract as the torch engine, plus the `stop` input. One
+    instance: it only moves tensors, a thread per request."""
+    opts = RelayOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
+    # No reshape: the relay forwards tensors as it receives them, with the batch dimension.
+    inputs = [dataclasses.replace(t, reshape_scalar=False) for t in C.RELAY_INPUTS]
+    return _python_model(C.ENGINE, spec, inputs, C.ENGINE_OUTPUTS, instances=1, batching=None,
+                         decoupled=spec.serving.streaming, parameters=params(**opts.to_params()))
+
+
+def standin(backend_cfg: mc.ModelConfig, spec: Spec, repo_dir: Path) -> mc.ModelConfig:
+    """CI: the C++ backend's config as generated for production, served by the Python stand-in
+    (trtllm/standin.py): only `backend` changes, and parameters for the torch engine underneath are
+    added under their own prefix (the C++ backend would ignore them)."""
+    cfg = mc.ModelConfig()
+    cfg.CopyFrom(backend_cfg)
+    cfg.backend = "python"
+    opts = EngineOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
+    for key, value in params(**opts.to_params()).items():
+        cfg.parameters[STANDIN_PREFIX + key].CopyFrom(value)
+    return cfg
 
 
 def ensemble(spec: Spec) -> mc.ModelConfig:
@@ -82,7 +103,7 @@ def ensemble(spec: Spec) -> mc.ModelConfig:
     to_engine = {v: k for k, v in C.ENSEMBLE_TO_ENGINE.items()}  # engine input -> ensemble tensor
     pre_out = {t.name for t in C.PREPROCESSING_OUTPUTS}
     client = {t.name for t in C.ENSEMBLE_INPUTS}
-    produced = {t.name for t in engine_outputs(spec)}
+    inside = C.ENGINE_TENSOR_IN_ENSEMBLE  # engine output -> ensemble tensor, where they differ
 
     def engine_source(name: str) -> str | None:
         src = to_engine.get(name, name)
@@ -97,11 +118,11 @@ def ensemble(spec: Spec) -> mc.ModelConfig:
         mc.ModelEnsembling.Step(
             model_name=C.ENGINE, model_version=-1,
             input_map={n: engine_source(n) for n in sorted(engine_inputs) if engine_source(n)},
-            output_map={t.name: t.name for t in engine_outputs(spec)},
+            output_map={t.name: inside.get(t.name, t.name) for t in C.ENGINE_OUTPUTS},
         ),
         mc.ModelEnsembling.Step(
             model_name=C.POSTPROCESSING, model_version=-1,
-            input_map={t.name: t.name for t in C.POSTPROCESSING_INPUTS if t.name in produced},
+            input_map={t.name: inside.get(t.name, t.name) for t in C.POSTPROCESSING_INPUTS},
             output_map={t.name: t.name for t in C.POSTPROCESSING_OUTPUTS},
         ),
     ]

@@ -20,30 +20,37 @@ from . import python_models as render
 KEEP = ".gitkeep"  # keeps the empty version folder of ensemble / C++ models in git
 
 
-def repository(spec: Spec, repo_dir: Path) -> dict[str, tuple[mc.ModelConfig, str]]:
-    """model name -> (config, source file in triton_models/ to copy as 1/model.py, or '')."""
+def repository(spec: Spec, repo_dir: Path, standin: bool = False) -> dict[str, tuple[mc.ModelConfig, str]]:
+    """model name -> (config, source file in triton_models/ to copy as 1/model.py, or '').
+    `standin`: the tensorrtllm layout with its C++ backend model served by the CI stand-in; every
+    other model is exactly what production gets."""
     models = {
         C.PREPROCESSING: (render.preprocessing(spec, repo_dir), "preprocessing.py"),
         C.POSTPROCESSING: (render.postprocessing(spec, repo_dir), "postprocessing.py"),
         C.ENSEMBLE: (render.ensemble(spec), ""),
     }
     if spec.engine.kind == "torch":
+        if standin:
+            raise ValueError("the stand-in serves the tensorrtllm layout: use a spec with engine.kind tensorrtllm")
         models[C.ENGINE] = (render.torch_engine(spec, repo_dir), "tensorrt_llm.py")
-    else:  # the production path: Triton's C++ TensorRT-LLM backend (docs/tensorrtllm.md)
-        models[C.ENGINE] = (tensorrtllm_engine(spec, repo_dir), "")
+    else:  # the production path: the relay in front of Triton's C++ TensorRT-LLM backend (docs/tensorrtllm.md)
+        models[C.ENGINE] = (render.relay(spec, repo_dir), "tensorrt_llm_relay.py")
+        backend = tensorrtllm_engine(spec, repo_dir)
+        models[C.BACKEND] = ((render.standin(backend, spec, repo_dir), "trtllm_standin.py") if standin
+                             else (backend, ""))
     if spec.serving.streaming and spec.serving.unary_twins:
         for target, ins, outs in ((C.ENSEMBLE, C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS),
-                                  (C.ENGINE, C.ENGINE_INPUTS, render.engine_outputs(spec))):
+                                  (C.ENGINE, C.ENGINE_INPUTS, C.ENGINE_OUTPUTS)):
             models[target + C.UNARY_SUFFIX] = (render.unary_twin(spec, target, ins, outs), "unary.py")
     return models
 
 
-def _render(spec: Spec, spec_name: str, repo_dir: Path, out: Path) -> list[Path]:
+def _render(spec: Spec, spec_name: str, repo_dir: Path, out: Path, standin: bool = False) -> list[Path]:
     """Write every model of the spec into `out`, with paths relative to `repo_dir` (where the
     repository will live). Each config is parsed back with the model_config protobuf first, so
     nothing Triton could not parse is ever written. Returns the files written."""
     written = []
-    for name, (cfg, source) in repository(spec, repo_dir).items():
+    for name, (cfg, source) in repository(spec, repo_dir, standin).items():
         text = to_pbtxt(cfg, spec_name)
         parse_pbtxt(text)
         version_dir = out / name / "1"
@@ -65,12 +72,12 @@ def _generated_models(root: Path) -> set[str]:
     return {c.parent.name for c in root.glob("*/config.pbtxt") if c.read_text().startswith(stamp)}
 
 
-def write_repository(spec: Spec, spec_name: str, out: Path) -> list[Path]:
+def write_repository(spec: Spec, spec_name: str, out: Path, standin: bool = False) -> list[Path]:
     """Render every model into `out` (created if missing) and return the files written. Models an
     earlier run generated that the spec no longer has (say the twins after unary_twins: false) are
     removed, or tritonserver would still load them."""
     out = out.resolve()
-    written = _render(spec, spec_name, out, out)
+    written = _render(spec, spec_name, out, out, standin)
     keep = {p.relative_to(out).parts[0] for p in written}
     for stale in _generated_models(out) - keep:
         shutil.rmtree(out / stale)

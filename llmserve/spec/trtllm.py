@@ -71,6 +71,21 @@ class TensorRTLLMEngine(Strict):
     request_stats_max_iterations: int = Field(default=0, ge=0)
     decoding_mode: Optional[Literal["top_k", "top_p", "top_k_top_p", "beam_search"]] = None
     """None lets TensorRT-LLM pick (top_k_top_p for beam width 1)."""
+    recv_poll_period_ms: int = Field(default=1, ge=0)
+    """Orchestrator mode: how long the backend's receive thread sleeps between polls for the executor
+    workers' responses. The backend's own default, 0, is a busy loop that keeps one CPU core per
+    instance at 100 %; 1 ms costs at most that much latency per response."""
+    cuda_graph_mode: bool = False
+    """Run generation steps as CUDA graphs: a large win for small models whose steps are CPU-launch
+    bound (SmolLM2-135M); memory for one graph per cached batch shape."""
+    cuda_graph_cache_size: int = Field(default=0, ge=0)
+    """CUDA graphs kept (in number of graphs); with cuda_graph_mode."""
+    kv_cache_host_memory_bytes: Optional[int] = Field(default=None, ge=0)
+    """Host memory to offload KV cache blocks to (with enable_kv_cache_reuse: reused prefixes survive
+    GPU cache pressure). Unset: 0, no offloading."""
+    max_attention_window_size: Optional[list[int]] = None
+    """Sliding attention window in tokens: one value, or one per layer. Unset: max_seq_len (full
+    attention). Smaller windows cap the KV cache per sequence."""
 
     # --- hardware and placement ---------------------------------------------------------------
     visible_gpus: int = Field(default=1, ge=1)
@@ -110,6 +125,9 @@ class TensorRTLLMEngine(Strict):
             raise ValueError("give engine.tensorrtllm.gpu_device_ids or engine.tensorrtllm.instance_group, not both")
         if self.gpu_device_ids is not None and not self.gpu_device_ids:
             raise ValueError("engine.tensorrtllm.gpu_device_ids must list one GPU set per instance")
+        if self.max_attention_window_size is not None and (
+                not self.max_attention_window_size or min(self.max_attention_window_size) < 1):
+            raise ValueError("engine.tensorrtllm.max_attention_window_size: one or more window sizes >= 1")
         if self.world_size > self.visible_gpus:
             raise ValueError(f"tp_size*pp_size = {self.world_size} GPUs per instance, but visible_gpus is "
                              f"{self.visible_gpus}")

@@ -1,6 +1,9 @@
-"""The `tensorrt_llm` model for Triton's C++ TensorRT-LLM backend (engine.kind = tensorrtllm).
+"""The model for Triton's C++ TensorRT-LLM backend (engine.kind = tensorrtllm), `tensorrt_llm_cpp`,
+behind the token relay `tensorrt_llm` (trtllm/relay.py).
 
-Same token-level contract as the torch engine (contract.ENGINE_INPUTS / ENGINE_OUTPUTS). Build-time
+The token-level contract of the torch engine (contract.BACKEND_INPUTS / BACKEND_OUTPUTS: no
+output_context_ids, plus the backend's `stop` input). Every config is checked against what the
+backend of the pinned image reads (trtllm/upstream.py) before it is written. Build-time
 limits come from the built engine's config.json when it exists, else from the spec's declared build.
 Multi-instance follows what the backend really supports (docs/tensorrtllm.md): KIND_CPU count N plus
 gpu_device_ids sets, orchestrator mode, and an explicit per-instance KV cap for shared GPUs.
@@ -20,10 +23,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import contract as C
 from ..checkpoint import package_dir
-from ..pbtxt import dynamic_batching, io, params, rel
+from ..pbtxt import dynamic_batching, io, params
 from ..spec import ROOT, Spec, resolve
 from ..spec.trtllm import engine_dir, max_num_tokens
 from . import placement as P
+from . import upstream as U
 
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 ORCHESTRATOR_PARAM = "llmserve_orchestrator_mode"
@@ -244,10 +248,12 @@ def kv_cap(spec: Spec, lim: Limits, place: P.Placement, engine_cfg: dict | None,
         note(f"{sharing} instances per GPU: max_tokens_in_paged_kv_cache = {how}; model shape from {shape.source}; "
              f"weights {weights_from}")
     if cap < floor:
+        # TensorRT-LLM itself would load and shrink the attention window to what fits
+        # (adjustMaxAttentionWindow), so long requests would silently lose context: refuse instead.
         raise ValueError(f"max_tokens_in_paged_kv_cache {cap} cannot hold one sequence of max_seq_len "
                          f"{lim.max_seq_len} (needs {floor} = beam {lim.max_beam_width} x blocks of "
-                         f"{lim.tokens_per_block}); TensorRT-LLM would refuse to load. Use fewer instances per GPU, "
-                         "a bigger GPU or a shorter max_seq_len")
+                         f"{lim.tokens_per_block}); TensorRT-LLM would shrink the attention window below "
+                         "max_seq_len to fit. Use fewer instances per GPU, a bigger GPU or a shorter max_seq_len")
     if cap < lim.max_batch_size * lim.max_seq_len:
         note(f"the KV cap of {cap} tokens holds {cap // lim.max_seq_len} full-length sequences, fewer than "
              f"max_batch_size {lim.max_batch_size}; shorter requests still batch fully")
@@ -284,28 +290,39 @@ def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
              f"gpu_device_ids \"{place.gpu_device_ids}\", {mode}")
     cap = kv_cap(spec, lim, place, engine_cfg, where)
 
+    window = t.max_attention_window_size
     cfg = mc.ModelConfig(
-        name=C.ENGINE,
+        name=C.BACKEND,
         backend="tensorrtllm",
         max_batch_size=lim.max_batch_size,
-        input=io(C.ENGINE_INPUTS, mc.ModelInput),
-        output=io(C.ENGINE_OUTPUTS, mc.ModelOutput),
+        input=io(C.BACKEND_INPUTS, mc.ModelInput),
+        output=io(C.BACKEND_OUTPUTS, mc.ModelOutput),
         # The backend places instances by gpu_device_ids, never by KIND_GPU / gpus (docs/tensorrtllm.md).
         instance_group=[mc.ModelInstanceGroup(count=place.instances, kind=mc.ModelInstanceGroup.KIND_CPU)],
         version_policy=mc.ModelVersionPolicy(latest=mc.ModelVersionPolicy.Latest(num_versions=1)),
         parameters=params(
             gpt_model_type="inflight_fused_batching",
-            gpt_model_path=rel(where, repo_dir),
+            # Absolute: the backend resolves it against the process cwd (std::filesystem::exists).
+            gpt_model_path=str(where),
+            # Read without a default by the backend (upstream.py): "" keeps guided decoding off.
+            tokenizer_dir="",
+            xgrammar_tokenizer_info_path="",
+            guided_decoding_backend="",
             max_beam_width=lim.max_beam_width,
             FORCE_CPU_ONLY_INPUT_TENSORS="no",
             batch_scheduler_policy=t.batch_scheduler_policy,
             kv_cache_free_gpu_mem_fraction=t.kv_cache_free_gpu_mem_fraction,
             max_tokens_in_paged_kv_cache=cap,
+            kv_cache_host_memory_bytes=t.kv_cache_host_memory_bytes,
+            max_attention_window_size=",".join(map(str, window)) if window else None,
             enable_kv_cache_reuse=t.enable_kv_cache_reuse,
             enable_chunked_context=t.enable_chunked_context,
             exclude_input_in_output=spec.serving.exclude_input_in_output,
             normalize_log_probs=t.normalize_log_probs,
             decoding_mode=t.decoding_mode,
+            cuda_graph_mode=t.cuda_graph_mode,
+            cuda_graph_cache_size=t.cuda_graph_cache_size,
+            recv_poll_period_ms=t.recv_poll_period_ms,
             cancellation_check_period_ms=t.cancellation_check_period_ms,
             stats_check_period_ms=t.stats_check_period_ms,
             iter_stats_max_iterations=t.iter_stats_max_iterations,
@@ -316,10 +333,21 @@ def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
         ),
     )
     cfg.dynamic_batching.CopyFrom(dynamic_batching(e.queue))
-    if spec.serving.streaming:
-        # The backend refuses streaming=true unless the model is decoupled.
-        cfg.model_transaction_policy.decoupled = True
+    # Always decoupled: the relay streams from it even for non-streaming clients (stop words end a
+    # request early), and the backend refuses streaming=true unless the model is decoupled.
+    cfg.model_transaction_policy.decoupled = True
+    check_config(cfg)
     return cfg
+
+
+def check_config(cfg: mc.ModelConfig) -> None:
+    """Refuse a config the pinned backend would not load, or would read differently than meant."""
+    problems = U.check_parameters({k: v.string_value for k, v in cfg.parameters.items()})
+    problems += U.check_io({i.name: (mc.DataType.Name(i.data_type)[5:], tuple(i.dims)) for i in cfg.input},
+                           {o.name: (mc.DataType.Name(o.data_type)[5:], tuple(o.dims)) for o in cfg.output})
+    if problems:
+        raise ValueError(f"{cfg.name}: the TensorRT-LLM {U.TENSORRT_LLM_VERSION} backend would not accept this "
+                         "config (llmserve/trtllm/upstream.py):\n  " + "\n  ".join(problems))
 
 
 # --- launcher support ------------------------------------------------------------------------------
@@ -328,7 +356,9 @@ def launch_env(repo: Path) -> dict[str, str]:
     """Environment the launcher exports for a generated repository."""
     from google.protobuf import text_format
 
-    f = repo / C.ENGINE / "config.pbtxt"
+    f = repo / C.BACKEND / "config.pbtxt"
+    if not f.exists():
+        f = repo / C.ENGINE / "config.pbtxt"  # the torch layout
     if not f.exists():
         raise FileNotFoundError(f"{f} not found: generate the repository first (tools/generate.py)")
     cfg = text_format.Parse(f.read_text(), mc.ModelConfig())

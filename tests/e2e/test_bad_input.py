@@ -33,23 +33,23 @@ CASES = [
 
 
 @pytest.mark.parametrize("body,field", CASES)
-def test_http_bad_input_names_the_field(tiny_server, body, field):
-    r = generate(tiny_server, body)
+def test_http_bad_input_names_the_field(layout_server, body, field):
+    r = generate(layout_server, body)
     if field is None:
         assert r.status_code == 200, r.text
         return
     assert r.status_code == 400, (r.status_code, r.text)
     assert field in r.json()["error"]
-    assert requests.get(f"http://{tiny_server.http}/v2/health/ready", timeout=10).status_code == 200
+    assert requests.get(f"http://{layout_server.http}/v2/health/ready", timeout=10).status_code == 200
 
 
-def test_wrong_dtype_is_rejected(tiny_server):
-    r = generate(tiny_server, {"text_input": "hi", "max_tokens": "eight"})
+def test_wrong_dtype_is_rejected(layout_server):
+    r = generate(layout_server, {"text_input": "hi", "max_tokens": "eight"})
     assert 400 <= r.status_code < 600 and r.status_code != 200
     assert "max_tokens" in r.text or "parse" in r.text.lower()
-    r = generate(tiny_server, {"text_input": "hi", "max_tokens": 8, "stop_words": 5})
+    r = generate(layout_server, {"text_input": "hi", "max_tokens": 8, "stop_words": 5})
     assert r.status_code != 200
-    client = grpcclient.InferenceServerClient(tiny_server.grpc)
+    client = grpcclient.InferenceServerClient(layout_server.grpc)
     inputs = grpc_inputs("hi", 8)
     bad = grpcclient.InferInput("stop_words", [1, 1], "INT32")
     bad.set_data_from_numpy(np.array([[5]], dtype=np.int32))
@@ -57,8 +57,8 @@ def test_wrong_dtype_is_rejected(tiny_server):
         client.infer("ensemble_unary", inputs + [bad])
 
 
-def test_invalid_utf8_over_grpc(tiny_server):
-    client = grpcclient.InferenceServerClient(tiny_server.grpc)
+def test_invalid_utf8_over_grpc(layout_server):
+    client = grpcclient.InferenceServerClient(layout_server.grpc)
     text = grpcclient.InferInput("text_input", [1, 1], "BYTES")
     text.set_data_from_numpy(np.array([[b"\xff\xfe broken \xc3"]], dtype=np.object_))
     n = grpcclient.InferInput("max_tokens", [1, 1], "INT32")
@@ -69,16 +69,16 @@ def test_invalid_utf8_over_grpc(tiny_server):
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 
-def test_grpc_bad_input_is_invalid_argument(tiny_server):
-    client = grpcclient.InferenceServerClient(tiny_server.grpc)
+def test_grpc_bad_input_is_invalid_argument(layout_server):
+    client = grpcclient.InferenceServerClient(layout_server.grpc)
     with pytest.raises(InferenceServerException) as info:
         client.infer("ensemble_unary", grpc_inputs("hi", 0))
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "max_tokens" in str(info.value)
 
 
-def test_good_requests_unaffected_after_bad_ones(tiny_server):
+def test_good_requests_unaffected_after_bad_ones(layout_server):
     for body, _ in CASES:
-        generate(tiny_server, body)
-    r = generate(tiny_server, {"text_input": "Still there?", "max_tokens": 4})
+        generate(layout_server, body)
+    r = generate(layout_server, {"text_input": "Still there?", "max_tokens": 4})
     assert r.status_code == 200 and r.json()["text_output"]

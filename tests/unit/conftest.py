@@ -1,5 +1,7 @@
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, normalizers
+
 import pytest
 
 from llmserve.spec import ROOT
@@ -29,3 +31,21 @@ def tiny_llama(tmp_path_factory, smollm2_dir) -> Path:
     LlamaForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def sentencepiece():
+    """A SentencePiece-style tokenizer (the Llama / Mistral form: "▁" for spaces, byte fallback for
+    what the vocabulary lacks, a decoder that strips the first space): Latin letters and a few merges,
+    so CJK, emoji and accents go through byte tokens."""
+    vocab = {"<unk>": 0, **{f"<0x{i:02X}>": 1 + i for i in range(256)}}
+    for ch in "▁abcdefghijklmnopqrstuvwxyzT.,":
+        vocab.setdefault(ch, len(vocab))
+    merges = [("▁", "t"), ("▁t", "h"), ("▁th", "e"), ("o", "x")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    return tok

@@ -1,12 +1,13 @@
-"""postprocessing: exact detokenization of whole outputs and of streamed chunks (llmserve.text.detokenize),
-for the whole dynamic batch in one tokenizer call."""
+"""postprocessing: exact detokenization of whole outputs and of streamed chunks, for the whole
+dynamic batch in one tokenizer call, and the log-prob outputs (llmserve.pipeline.postprocess). A step
+of a cancelled ensemble request stops its generation (llmserve.pipeline.cancel_relay)."""
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from llmserve.pipeline.cancel_relay import CancelRelay
 from llmserve.pipeline.options import PostprocessOptions
-from llmserve.pipeline.triton_glue import error_response, parameters, reader
+from llmserve.pipeline.postprocess import postprocess_batch
+from llmserve.pipeline.triton_glue import error_response, parameters, reader, tensors
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast, resolve_dir
 
@@ -19,24 +20,15 @@ class TritonPythonModel:
         self.cancel = CancelRelay(pb_utils)  # a cancelled ensemble request stops its generation
 
     def execute(self, requests):
-        responses, items, owners = [None] * len(requests), [], []  # owners[k]: (request index, beams)
+        responses = [None] * len(requests)
+        live = []
         for i, request in enumerate(requests):
             if self.cancel.cancelled(request):
                 responses[i] = self.cancel.cancelled_response()
-                continue
-            read = reader(pb_utils, request)
-            try:
-                ids, lengths = read("output_ids"), read("sequence_length")  # [1, beam, n], [1, beam]
-                context = read("output_context_ids")  # [1, beam, <= CONTEXT_TOKENS] or absent
-                beams = [(ids[0, b, : lengths[0, b]].tolist(), context[0, b].tolist() if context is not None else [])
-                         for b in range(ids.shape[1])]
-            except Exception as e:  # a malformed tensor from a direct caller: an error, not a crash
-                responses[i] = error_response(pb_utils, e)
-                continue
-            owners.append((i, len(beams)))
-            items.extend(beams)
-        texts = iter(self.detok.decode_many(items)) if items else iter(())
-        for i, beams in owners:
-            out = np.array([[next(texts).encode("utf-8") for _ in range(beams)]], dtype=np.object_)
-            responses[i] = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", out)])
+            else:
+                live.append(i)
+        results = postprocess_batch(self.detok, [reader(pb_utils, requests[i]) for i in live])
+        for i, r in zip(live, results):
+            responses[i] = (error_response(pb_utils, r) if isinstance(r, Exception)
+                            else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r)))
         return responses

@@ -46,3 +46,23 @@ def test_decode_many_equals_decode_one_by_one(smollm2_dir, text):
         pos, k = rng.randint(0, len(ids) - 1), rng.randint(0, 3)
         items.append((ids[pos:pos + k], ids[max(0, pos - rng.randint(0, CONTEXT_TOKENS)):pos]))
     assert d.decode_many(items) == [d.decode(i, c) for i, c in items]
+
+
+def test_sentencepiece_byte_fallback_random_chunks(sentencepiece):
+    """Llama / Mistral style: byte-fallback tokens for CJK and emoji, "▁" spaces stripped at the
+    start; chunks and generations cut anywhere, including inside a character. (Limit, documented in
+    text/detokenize.py: a run of byte tokens that is not valid UTF-8 at all decodes to U+FFFD as a
+    whole, so a stream may already have shown its valid bytes; real model output is valid UTF-8.)"""
+    d = Detokenizer(sentencepiece)
+    rng = random.Random(1)
+    for text in TEXTS:
+        ids = sentencepiece.encode(text).ids
+        assert d.decode(ids) == text
+        for _ in range(100):
+            cut = ids[: rng.randint(1, len(ids))]
+            pieces, pos = [], 0
+            while pos < len(cut):
+                k = rng.randint(1, 3)
+                pieces.append(d.decode(cut[pos:pos + k], cut[max(0, pos - CONTEXT_TOKENS):pos]))
+                pos += k
+            assert "".join(pieces) == d.decode(cut), cut

@@ -1,5 +1,6 @@
-"""The tensorrtllm `tensorrt_llm` config: protobuf-valid, same token contract as the torch engine,
-limits from the built engine, multi-instance placement and refusals. No TensorRT-LLM needed."""
+"""The tensorrtllm layout's configs (the C++ backend's `tensorrt_llm_cpp`, the relay `tensorrt_llm`):
+protobuf-valid, the torch engine's token contract, limits from the built engine, multi-instance
+placement and refusals. No TensorRT-LLM needed."""
 
 import json
 import subprocess
@@ -64,15 +65,22 @@ def roundtrip(cfg: mc.ModelConfig) -> mc.ModelConfig:
 # --- contract ----------------------------------------------------------------------------------
 
 def test_same_token_contract_as_torch_engine(tmp_path):
+    """The relay (`tensorrt_llm`) has the torch engine's contract, plus TensorRT-LLM's `stop`; the C++
+    model behind it has the same inputs and every output but output_context_ids, which the backend
+    does not produce (the relay adds it)."""
     spec = make_spec(tmp_path)
-    trt = roundtrip(tensorrtllm_engine(spec, tmp_path / "repo"))
+    models = repository(spec, tmp_path / "repo")
+    trt, relay = roundtrip(models[C.BACKEND][0]), roundtrip(models[C.ENGINE][0])
     torch_spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "torch"})})
     torch = roundtrip(render.torch_engine(torch_spec, tmp_path / "repo"))
-    assert list(trt.input) == list(torch.input)
-    assert list(trt.output) == list(torch.output)
-    assert [i.name for i in trt.input] == [t.name for t in C.ENGINE_INPUTS]
-    assert [o.name for o in trt.output] == [t.name for t in C.ENGINE_OUTPUTS]
-    assert trt.name == C.ENGINE and trt.backend == "tensorrtllm"
+    assert list(trt.input)[:-1] == list(torch.input) and trt.input[-1].name == "stop"
+    assert [o.name for o in trt.output] == [o.name for o in torch.output if o.name != "output_context_ids"]
+    assert [(i.name, i.data_type, list(i.dims)) for i in relay.input] == [
+        (i.name, i.data_type, list(i.dims)) for i in trt.input]
+    assert list(relay.output) == list(torch.output)
+    assert trt.name == C.BACKEND and trt.backend == "tensorrtllm"
+    assert relay.name == C.ENGINE and relay.backend == "python"
+    assert {i.name for i in trt.input if i.allow_ragged_batch} == {"input_ids", "stop_words_list", "bad_words_list"}
 
 
 def test_core_parameters(tmp_path):
@@ -80,7 +88,12 @@ def test_core_parameters(tmp_path):
     cfg = roundtrip(tensorrtllm_engine(spec, tmp_path / "repo"))
     p = params(cfg)
     assert p["gpt_model_type"] == "inflight_fused_batching"
-    assert p["gpt_model_path"] == "../engine"  # relative to the repository (launch.sh runs there)
+    assert p["gpt_model_path"] == str(tmp_path / "engine")  # absolute: the backend resolves it against its cwd
+    for key in ("tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend"):
+        assert p[key] == ""  # read without a default: a config without them does not load
+    assert p["recv_poll_period_ms"] == "1"  # not the backend's busy loop
+    assert p["cuda_graph_mode"] == "false"
+    assert "kv_cache_host_memory_bytes" not in p and "max_attention_window_size" not in p
     assert p["exclude_input_in_output"] == "true"
     assert p["enable_kv_cache_reuse"] == "true" and p["enable_chunked_context"] == "true"
     assert p["batch_scheduler_policy"] == "guaranteed_no_evict"
@@ -93,11 +106,24 @@ def test_core_parameters(tmp_path):
     assert cfg.dynamic_batching.default_queue_policy.max_queue_size == spec.engine.queue.max_queue_size
 
 
-def test_not_decoupled_without_streaming(tmp_path):
+def test_production_knobs_pass_through(tmp_path):
+    spec = make_spec(tmp_path, trt={"recv_poll_period_ms": 5, "cuda_graph_mode": True, "cuda_graph_cache_size": 4,
+                                    "kv_cache_host_memory_bytes": 8 << 30, "max_attention_window_size": [512, 1024]})
+    p = params(tensorrtllm_engine(spec, tmp_path / "repo"))
+    assert (p["recv_poll_period_ms"], p["cuda_graph_mode"], p["cuda_graph_cache_size"]) == ("5", "true", "4")
+    assert p["kv_cache_host_memory_bytes"] == str(8 << 30)
+    assert p["max_attention_window_size"] == "512,1024"
+
+
+def test_relay_not_decoupled_without_streaming(tmp_path):
+    """Without streaming the ensemble's engine step (the relay) answers once; the C++ model stays
+    decoupled because the relay always streams from it (stop words end a request early)."""
     spec = make_spec(tmp_path, serving={"streaming": False},
                      trt={"batch_scheduler_policy": "max_utilization", "enable_kv_cache_reuse": False})
-    cfg = tensorrtllm_engine(spec, tmp_path)
-    assert not cfg.model_transaction_policy.decoupled
+    models = repository(spec, tmp_path / "repo")
+    assert not models[C.ENGINE][0].model_transaction_policy.decoupled
+    cfg = models[C.BACKEND][0]
+    assert cfg.model_transaction_policy.decoupled
     assert params(cfg)["batch_scheduler_policy"] == "max_utilization"
     assert params(cfg)["enable_kv_cache_reuse"] == "false"
 
@@ -105,7 +131,8 @@ def test_not_decoupled_without_streaming(tmp_path):
 def test_whole_repository_parses(tmp_path):
     spec = make_spec(tmp_path)
     models = repository(spec, tmp_path / "repo")
-    assert models[C.ENGINE][1] == ""  # C++ backend: no model.py
+    assert models[C.BACKEND][1] == ""  # C++ backend: no model.py
+    assert models[C.ENGINE][1] == "tensorrt_llm_relay.py"
     for cfg, _ in models.values():
         roundtrip(cfg)
 
@@ -248,8 +275,8 @@ def test_model_shape_sources(tmp_path):
 def test_launch_env(tmp_path):
     spec = make_spec(tmp_path, engine={"instances": 2}, trt={"tp_size": 2, "visible_gpus": 4})
     repo = tmp_path / "repo"
-    (repo / C.ENGINE).mkdir(parents=True)
-    (repo / C.ENGINE / "config.pbtxt").write_text(text_format.MessageToString(tensorrtllm_engine(spec, repo)))
+    (repo / C.BACKEND).mkdir(parents=True)
+    (repo / C.BACKEND / "config.pbtxt").write_text(text_format.MessageToString(tensorrtllm_engine(spec, repo)))
     env = launch_env(repo)
     assert env["TRTLLM_ORCHESTRATOR"] == "1" and env["LLMSERVE_GPUS"] == "0,1,2,3"
     assert env["LLMSERVE_ENGINE_DIR"] == str((tmp_path / "engine").resolve())
@@ -273,7 +300,7 @@ def test_generate_example_spec(path, tmp_path):
     r = subprocess.run([sys.executable, "tools/generate.py", "--spec", str(path), "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    cfg = pbtxt.parse_pbtxt((out / C.ENGINE / "config.pbtxt").read_text())
+    cfg = pbtxt.parse_pbtxt((out / C.BACKEND / "config.pbtxt").read_text())
     assert cfg.backend == "tensorrtllm"
     p = params(cfg)
     t = spec.engine.tensorrtllm

@@ -67,8 +67,8 @@ def _repo(tmp_path: Path, trt: dict, instances: int = 1, with_engine: bool = Tru
         "engine": {"kind": "tensorrtllm", "instances": instances,
                    "tensorrtllm": {"engine_dir": str(engine), **trt}}})
     repo = tmp_path / "repo"
-    (repo / C.ENGINE).mkdir(parents=True)
-    (repo / C.ENGINE / "config.pbtxt").write_text(text_format.MessageToString(tensorrtllm_engine(spec, repo)))
+    (repo / C.BACKEND).mkdir(parents=True)
+    (repo / C.BACKEND / "config.pbtxt").write_text(text_format.MessageToString(tensorrtllm_engine(spec, repo)))
     _fake_tritonserver(tmp_path / "bin")
     return repo
 

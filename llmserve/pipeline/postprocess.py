@@ -1,0 +1,53 @@
+"""postprocessing: token ids of engine responses -> text, plus the log-prob outputs.
+
+Text: exact detokenization of whole outputs and of streamed chunks (text/detokenize.py), for the
+whole dynamic batch in one tokenizer call. Log probs: passed through when the engine sent them;
+TensorRT-LLM sends them only when the request sets return_log_probs, so otherwise zeros (one per
+token, the shape of real ones), as upstream's postprocessing does, so that every ensemble response
+has every output whatever the engine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..request.reader import Reader
+from ..text.detokenize import Detokenizer
+
+
+def _log_probs(read: Reader, beams: int, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    cum, per_token = read("cum_log_probs"), read("output_log_probs")
+    if cum is None:
+        cum = np.zeros((1, beams), dtype=np.float32)
+    if per_token is None:
+        per_token = np.zeros((1, beams, int(lengths.max()) if lengths.size else 0), dtype=np.float32)
+    return cum.astype(np.float32), per_token.astype(np.float32)
+
+
+def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list["dict[str, np.ndarray] | Exception"]:
+    """One result per request: its output tensors, or the exception a malformed request raised."""
+    results: list = [None] * len(reads)
+    items, owners = [], []  # owners: (request index, beams, log probs)
+    for i, read in enumerate(reads):
+        try:
+            ids, lengths = read("output_ids"), read("sequence_length")  # [1, beam, n], [1, beam]
+            context = read("output_context_ids")  # [1, beam, <= CONTEXT_TOKENS] or absent
+            beams = [(ids[0, b, : lengths[0, b]].tolist(), context[0, b].tolist() if context is not None else [])
+                     for b in range(ids.shape[1])]
+            log_probs = _log_probs(read, len(beams), lengths)
+        except Exception as e:  # a malformed tensor from a direct caller: an error, not a crash
+            results[i] = e
+            continue
+        owners.append((i, len(beams), log_probs))
+        items.extend(beams)
+    texts = iter(detok.decode_many(items)) if items else iter(())
+    for i, beams, (cum, per_token) in owners:
+        results[i] = {"text_output": np.array([[next(texts).encode("utf-8") for _ in range(beams)]], dtype=np.object_),
+                      "cum_log_probs": cum, "output_log_probs": per_token}
+    return results
+
+
+def postprocess(detok: Detokenizer, read: Reader) -> dict[str, np.ndarray]:
+    (result,) = postprocess_batch(detok, [read])
+    if isinstance(result, Exception):
+        raise result
+    return result

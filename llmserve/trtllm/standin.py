@@ -1,0 +1,229 @@
+"""A stand-in for TensorRT-LLM's C++ Triton backend, for CI machines without a GPU.
+
+It serves the `tensorrt_llm_cpp` model of the tensorrtllm repository layout (the config the generator
+writes for the C++ backend, with `backend: "python"`) and behaves as the C++ backend does at its tensor
+interface (trtllm/upstream.py, model_instance_state.cc / utils.cc of TensorRT-LLM 1.1.0):
+
+- parameters read through the upstream table: a required key missing fails the load with the backend's
+  message ("Cannot find parameter with name: <key>");
+- one response per new token when streaming (never the prompt), one response with the whole output
+  otherwise (the prompt first unless exclude_input_in_output);
+- output_ids [1, beams, n] and sequence_length [1, beams] (n of *this* response) always;
+  cum_log_probs / output_log_probs only when the request sets return_log_probs; no output_context_ids;
+- stop and bad words at the token level (each word's ids as a sequence); a stop word ends the request
+  with its tokens in the output;
+- the `stop` input cancels every request with the same Triton request id;
+- the backend's checks and messages for bad input (all TRITONSERVER_ERROR_INTERNAL).
+
+Generation itself is llmserve's torch engine (in-flight batching), so the numbers are the torch
+engine's, not TensorRT-LLM's. Triton-free: the model.py adapter passes tensors in and `send` out."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..engine.sampling import SamplingParams
+from ..request.word_lists import from_word_list
+from . import upstream as U
+
+STANDIN_PREFIX = U.STANDIN_PREFIX
+
+
+class BackendError(RuntimeError):
+    """What the C++ backend answers with TRITONSERVER_ERROR_INTERNAL."""
+
+
+def assertion(expr: str) -> BackendError:
+    return BackendError(f"[TensorRT-LLM][ERROR] Assertion failed: {expr}")
+
+
+# --- load --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BackendParams:
+    exclude_input_in_output: bool
+    max_beam_width: int
+    gpt_model_path: str
+    standin: dict[str, str]
+
+
+def read_parameters(params: dict[str, str]) -> BackendParams:
+    """The C++ backend's parameter reads that decide whether it loads, and what the stand-in uses."""
+    for name, p in U.PARAMETERS.items():
+        if p.required and name not in params:
+            raise BackendError(f"unexpected error when creating modelInstanceState: "
+                               f"Cannot find parameter with name: {name}")
+    if "worker_path" in params:
+        raise BackendError("worker_path parameter is specified, but this is no longer supported. Please specify "
+                           "executor_worker_path instead to specify the location of the trtllmExecutorWorker "
+                           "executable.")
+    if params["gpt_model_type"] not in U.PARAMETERS["gpt_model_type"].accepted:
+        raise BackendError("Invalid gpt_model_type. Must be v1/inflight_batching/inflight_fused_batching.")
+    backend, info = params["guided_decoding_backend"], params["xgrammar_tokenizer_info_path"]
+    if backend and info and backend != "xgrammar":
+        raise BackendError("Guided decoding is currently supported with 'xgrammar' backend. Invalid "
+                           "guided_decoding_backend parameter provided.")
+
+    def optional_bool(name: str) -> bool:
+        try:
+            return U.parse_bool(params[name])
+        except (KeyError, ValueError):  # the backend warns and uses the default
+            return U.parse_bool(U.PARAMETERS[name].default)
+
+    try:
+        beam = int(params.get("max_beam_width", "1"))
+    except ValueError:
+        beam = 1
+    return BackendParams(
+        exclude_input_in_output=optional_bool("exclude_input_in_output"), max_beam_width=beam,
+        gpt_model_path=params["gpt_model_path"],
+        standin={k[len(STANDIN_PREFIX):]: v for k, v in params.items() if k.startswith(STANDIN_PREFIX)})
+
+
+# --- requests ----------------------------------------------------------------------------------------
+
+Reader = Callable[[str], "np.ndarray | None"]
+
+
+@dataclass
+class BackendRequest:
+    prompt: list[int]
+    max_new_tokens: int
+    streaming: bool
+    exclude_input_in_output: bool
+    return_log_probs: bool
+    params: SamplingParams
+    stop_words: list[list[int]]
+
+
+def _scalar(read: Reader, name: str):
+    arr = read(name)
+    if arr is None:
+        return None
+    if arr.size != 1:
+        raise BackendError(f"Invalid size for tensor {name}")
+    return arr.reshape(-1)[0]
+
+
+def _word_list(read: Reader, name: str) -> list[list[int]]:
+    arr = read(name)
+    if arr is None:
+        return []
+    try:
+        return [w for w in from_word_list(arr) if w]
+    except ValueError as e:
+        raise BackendError(f"Sparse list is malformed: {e}") from None
+
+
+def parse_request(read: Reader, *, decoupled: bool, exclude_default: bool, max_input_len: int, max_seq_len: int,
+                  vocab_size: int, max_beam_width: int, default_end_ids: tuple[int, ...]) -> BackendRequest:
+    """utils.cc createRequestsFromInputTensors + the executor's checks (samplingConfig.cpp,
+    LlmRequest::validate), in their order and with their messages."""
+    streaming = bool(_scalar(read, "streaming") or False)
+    ids = read("input_ids")
+    if ids is None:
+        raise BackendError("input_ids or encoder_input_features is not present in the request.")
+    if ids.ndim == 2 and ids.shape[0] > 1 and not decoupled:
+        raise BackendError("Batch size > 1 requires the tensorrt_llm backend to be using decoupled transaction policy")
+    if ids.ndim == 2 and ids.shape[0] > 1:  # ours: the backend splits the batch into requests
+        raise BackendError("the stand-in serves one sequence per request (batch size 1)")
+    if streaming and not decoupled:
+        raise BackendError("Streaming is only supported if model is deployed using decoupled mode.")
+    prompt = [int(t) for t in ids.reshape(-1)]
+    max_new = _scalar(read, "request_output_len")
+    if max_new is None:
+        raise BackendError("request_output_len is not present in the request")
+    exclude = _scalar(read, "exclude_input_in_output")
+    exclude = exclude_default if exclude is None else bool(exclude)
+
+    beam = _scalar(read, "beam_width")
+    beam = 1 if beam is None else int(beam)
+    if not 0 < beam <= 1024:
+        raise assertion("beamWidth > 0 && beamWidth <= static_cast<SizeType32 const>(tensorrt_llm::kernels::kMaxBeamWidth)")
+    if beam > 1:  # ours: the stand-in has no beam search (the spec's max_beam_width is 1)
+        raise BackendError(f"the stand-in serves beam width 1 only, got {beam} (max_beam_width {max_beam_width})")
+    top_k = _scalar(read, "runtime_top_k")
+    if top_k is not None and int(top_k) < 0:
+        raise assertion("topK.value() >= 0")
+    top_p = _scalar(read, "runtime_top_p")
+    top_p = None if top_p is None or float(top_p) <= 0 else float(top_p)  # <= 0 means unset (utils.cc)
+    if top_p is not None and top_p > 1:
+        raise assertion("topP.value() <= 1.f")
+    temperature = _scalar(read, "temperature")
+    if temperature is not None and float(temperature) < 0:
+        raise assertion("temperature.value() >= 0.f")
+    min_tokens = _scalar(read, "min_tokens")
+    if min_tokens is not None and int(min_tokens) < 0:
+        raise assertion("minTokens.value() >= 0")
+    rep = _scalar(read, "repetition_penalty")
+    if rep is not None and float(rep) <= 0:
+        raise assertion("repetitionpenalty.value() > 0.f")
+    end_id = _scalar(read, "end_id")
+    if end_id is not None and not -1 <= int(end_id) < vocab_size:
+        raise BackendError(f"EndId ({int(end_id)}) is not within acceptable range [-1, {vocab_size}).")
+    if len(prompt) > max_input_len:
+        raise BackendError(f"Prompt length ({len(prompt)}) exceeds maximum input length ({max_input_len}). Set log "
+                           "level to info and check TRTGptModel logs for how maximum input length is set")
+    max_new = min(int(max_new), max_seq_len - len(prompt))  # the executor clamps, with a warning
+    seed = _scalar(read, "seed")
+    params = SamplingParams(
+        max_new_tokens=max_new,
+        end_ids=(int(end_id),) if end_id is not None and int(end_id) >= 0 else default_end_ids,
+        temperature=float(temperature) if temperature is not None else 0.0,
+        top_k=int(top_k) if top_k is not None else 0, top_p=top_p if top_p is not None else 1.0,
+        repetition_penalty=float(rep) if rep is not None else 1.0,
+        presence_penalty=float(_scalar(read, "presence_penalty") or 0.0),
+        frequency_penalty=float(_scalar(read, "frequency_penalty") or 0.0),
+        min_tokens=int(min_tokens or 0), seed=int(seed) if seed is not None else None,
+        bad_words=_word_list(read, "bad_words_list"))
+    return BackendRequest(prompt=prompt, max_new_tokens=max_new, streaming=streaming, exclude_input_in_output=exclude,
+                          return_log_probs=bool(_scalar(read, "return_log_probs") or False), params=params,
+                          stop_words=_word_list(read, "stop_words_list"))
+
+
+def ends_with_stop_word(generated: list[int], stop_words: list[list[int]]) -> bool:
+    return any(len(generated) >= len(w) and generated[-len(w):] == w for w in stop_words)
+
+
+def outputs(tokens: list[int], logprobs: list[float] | None, cum: float | None) -> dict[str, np.ndarray]:
+    """One response's tensors, shaped as fillTritonResponse shapes them (leading batch dim 1, one beam)."""
+    out = {"output_ids": np.array([[tokens]], dtype=np.int32).reshape(1, 1, len(tokens)),
+           "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
+    if logprobs is not None:
+        out["cum_log_probs"] = np.array([[cum]], dtype=np.float32)
+        out["output_log_probs"] = np.array([[logprobs]], dtype=np.float32).reshape(1, 1, len(logprobs))
+    return out
+
+
+@dataclass
+class ActiveRequests:
+    """Triton request id -> the cancel hooks of its requests (handleStopRequest)."""
+    _by_id: dict[str, set] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, triton_id: str, cancel) -> None:
+        if triton_id:
+            with self._lock:
+                self._by_id.setdefault(triton_id, set()).add(cancel)
+
+    def remove(self, triton_id: str, cancel) -> None:
+        with self._lock:
+            hooks = self._by_id.get(triton_id)
+            if hooks is not None:
+                hooks.discard(cancel)
+                if not hooks:
+                    del self._by_id[triton_id]
+
+    def stop(self, triton_id: str) -> None:
+        """`stop` = true: cancel every request with this id; an unknown id is not an error (it may have
+        finished already)."""
+        if not triton_id:
+            raise BackendError("Trying to stop a request but request ID is not provided")
+        with self._lock:
+            hooks = list(self._by_id.get(triton_id, ()))
+        for cancel in hooks:
+            cancel()

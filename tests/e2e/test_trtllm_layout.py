@@ -1,0 +1,124 @@
+"""The tensorrtllm layout on a real tritonserver: the C++ backend's model (`tensorrt_llm_cpp`) is served
+by the CI stand-in, and these tests hold the stand-in to the backend's tensor interface. The ensemble
+tests (test_ensemble.py, test_bad_input.py) run against this layout too, through `layout_server`."""
+
+from __future__ import annotations
+
+import queue
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from llmserve import contract as C
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = [1, 504, 3458, 314, 260]
+
+
+def _inputs(max_tokens=8, ids=PROMPT, **extra):
+    values = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+              "request_output_len": np.array([[max_tokens]], dtype=np.int32)}
+    for name, v in extra.items():
+        values[name] = np.array([[v]], dtype=np.bool_ if isinstance(v, bool) else
+                                np.float32 if isinstance(v, float) else np.int32)
+    out = []
+    for name, arr in values.items():
+        t = grpcclient.InferInput(name, list(arr.shape), {"bool": "BOOL", "float32": "FP32"}.get(arr.dtype.name, "INT32"))
+        t.set_data_from_numpy(arr)
+        out.append(t)
+    return out
+
+
+class Stream:
+    """One gRPC stream; collects the responses (and errors) of every request sent on it, by id."""
+
+    def __init__(self, server):
+        self.results: queue.Queue = queue.Queue()
+        self.client = grpcclient.InferenceServerClient(server.grpc)
+        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
+
+    def send(self, model, inputs, request_id="", outputs=None):
+        req_out = [grpcclient.InferRequestedOutput(n) for n in outputs] if outputs else None
+        self.client.async_stream_infer(model, inputs, request_id=request_id, outputs=req_out,
+                                       enable_empty_final_response=True)
+
+    def until_final(self, request_id="", timeout=60):
+        """(responses with outputs, error or None) of one request."""
+        got = []
+        while True:
+            r, e = self.results.get(timeout=timeout)
+            if e is not None:
+                return got, e
+            resp = r.get_response()
+            if resp.id != request_id:
+                continue
+            if resp.outputs:
+                got.append(r)
+            if resp.parameters["triton_final_response"].bool_param:
+                return got, None
+
+    def close(self):
+        self.client.stop_stream()
+        self.client.close()
+
+
+@pytest.fixture
+def stream(trtllm_server):
+    s = Stream(trtllm_server)
+    yield s
+    s.close()
+
+
+BACKEND_OUTPUTS = [t.name for t in C.BACKEND_OUTPUTS]
+
+
+def test_streaming_sends_one_response_per_token_and_no_context(stream):
+    stream.send(C.BACKEND, _inputs(6, min_tokens=6, streaming=True), "s1", BACKEND_OUTPUTS)
+    got, err = stream.until_final("s1")
+    assert err is None and len(got) == 6
+    for r in got:
+        names = {o.name for o in r.get_response().outputs}
+        assert names == {"output_ids", "sequence_length"}  # no log probs unless asked, no output_context_ids
+        assert r.as_numpy("output_ids").shape == (1, 1, 1) and r.as_numpy("sequence_length").tolist() == [[1]]
+
+
+def test_log_probs_only_when_asked(stream):
+    stream.send(C.BACKEND, _inputs(4, min_tokens=4, streaming=True, return_log_probs=True), "s2", BACKEND_OUTPUTS)
+    got, err = stream.until_final("s2")
+    assert err is None and len(got) == 4
+    assert all(r.as_numpy("output_log_probs").shape == (1, 1, 1) for r in got)
+    cum = [float(r.as_numpy("cum_log_probs").reshape(-1)[0]) for r in got]
+    assert cum == sorted(cum, reverse=True)  # running total of negative log probs
+
+
+def test_non_streaming_includes_the_prompt_unless_excluded(stream):
+    stream.send(C.BACKEND, _inputs(3, min_tokens=3, exclude_input_in_output=False), "n1", BACKEND_OUTPUTS)
+    (r,), err = stream.until_final("n1")
+    assert err is None and r.as_numpy("output_ids").reshape(-1)[: len(PROMPT)].tolist() == PROMPT
+    assert r.as_numpy("sequence_length").tolist() == [[len(PROMPT) + 3]]
+
+
+@pytest.mark.parametrize("model", [C.BACKEND, C.ENGINE])
+def test_stop_input_cancels_by_request_id(stream, model):
+    """TensorRT-LLM's `stop`: a request with stop=true and the same request id ends the generation
+    (directly on the backend model, and forwarded by the relay)."""
+    stream.send(model, _inputs(200, min_tokens=200, streaming=True), "long", BACKEND_OUTPUTS)
+    r, e = stream.results.get(timeout=120)  # the first token: it runs
+    assert e is None
+    stream.send(model, _inputs(1, stop=True), "long", BACKEND_OUTPUTS)
+    got, err = stream.until_final("long")
+    assert len(got) < 150, "the stop request did not end the generation"
+
+
+def test_stop_without_request_id_is_an_error(stream):
+    stream.send(C.BACKEND, _inputs(1, stop=True), "", BACKEND_OUTPUTS)
+    _, err = stream.until_final("")
+    assert err is not None and "request ID is not provided" in str(err)
+
+
+def test_bad_input_gets_the_backends_message(stream):
+    stream.send(C.BACKEND, _inputs(4, runtime_top_p=1.5, streaming=True), "b1", BACKEND_OUTPUTS)
+    _, err = stream.until_final("b1")
+    assert err is not None and "Assertion failed: topP.value() <= 1.f" in str(err)
