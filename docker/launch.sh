@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Production launcher for the llmserve image. Stays in the foreground: tritonserver replaces this
-# shell (exec), so it is PID 1's direct program, gets SIGTERM itself, stops accepting requests,
-# drains in-flight ones for --exit-timeout-secs and exits; the container ends with the server.
-# (Upstream's launch_triton_server.py starts tritonserver in the background and returns, which
-# ends a container whose entrypoint it is.)
+# Production launcher for the llmserve image. Stays in the foreground: in leader mode tritonserver
+# replaces this shell (exec), so it is PID 1's direct program, gets SIGTERM itself, stops accepting
+# requests, drains in-flight ones for --exit-timeout-secs and exits; the container ends with the
+# server. In orchestrator mode tritonserver runs under `mpirun -n 1` (as upstream's launcher runs it)
+# and this shell hands it SIGTERM and waits (see the end of this file). (Upstream's
+# launch_triton_server.py starts tritonserver in the background and returns, which ends a container
+# whose entrypoint it is.)
 #
 #   launch.sh serve [extra tritonserver flags]   start the server (default)
 #   launch.sh health                             exit 0 when /v2/health/ready answers 200
@@ -59,7 +61,7 @@ esac
 
 # What the generated repository needs from the process environment (orchestrator mode, engine).
 launch_env=$(PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}" python3 -m llmserve.trtllm.config launch-env --repo "$MODEL_REPO") \
-    || die "cannot read $MODEL_REPO/tensorrt_llm/config.pbtxt"
+    || die "cannot read the engine model's config.pbtxt in $MODEL_REPO"
 eval "$launch_env"
 
 extra=()
@@ -83,20 +85,52 @@ export LLMSERVE_ADMIN_KEY
 mapfile -t restricted < <(PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}" python3 -m llmserve.deploy.security flags)
 [[ ${#restricted[@]} -eq 2 ]] || die "cannot read the security defaults (llmserve.deploy.security)"
 
-# gpt_model_path and the tokenizer paths in the configs are relative to the repository: run there.
+# The tokenizer paths in the configs are relative to the repository: run there.
 cd "$MODEL_REPO"
-# Masks the key in tritonserver's command line (same PID after exec) once it has parsed it.
-(PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}" python3 -m llmserve.deploy.security scrub $$ >/dev/null 2>&1 &)
-exec tritonserver \
-    --model-repository="$PWD" \
-    --model-control-mode=none \
-    --strict-readiness=true \
-    --exit-on-error=true \
-    --exit-timeout-secs="$EXIT_TIMEOUT_S" \
-    --disable-auto-complete-config \
-    --http-port="$HTTP_PORT" \
-    --grpc-port="$GRPC_PORT" \
-    --metrics-port="$METRICS_PORT" \
-    "${restricted[@]}" \
-    "${extra[@]}" \
-    "$@"
+cmd=(tritonserver
+    --model-repository="$PWD"
+    --model-control-mode=none
+    --strict-readiness=true
+    --exit-on-error=true
+    --exit-timeout-secs="$EXIT_TIMEOUT_S"
+    --disable-auto-complete-config
+    --http-port="$HTTP_PORT"
+    --grpc-port="$GRPC_PORT"
+    --metrics-port="$METRICS_PORT"
+    "${restricted[@]}"
+    "${extra[@]}"
+    "$@")
+scrub() {  # mask the key in a process's command line once it has parsed it (llmserve.deploy.security)
+    (PYTHONPATH="$PROJECT${PYTHONPATH:+:$PYTHONPATH}" python3 -m llmserve.deploy.security scrub "$1" >/dev/null 2>&1 &)
+}
+
+if [[ "${TRTLLM_ORCHESTRATOR:-0}" != "1" ]]; then
+    scrub $$  # same PID after exec
+    exec "${cmd[@]}"
+fi
+
+# Orchestrator mode runs under `mpirun -n 1`, as upstream's launcher does (launch_triton_server.py
+# --multi-model): tritonserver is then rank 0 of a real MPI job when it spawns the executor workers
+# (MPI_Comm_spawn), not an MPI singleton. mpirun answers SIGTERM by killing its job after a short
+# grace, which would cut the drain, so mpirun runs in its own session (signals to this process
+# group do not reach it) and the launcher stays in front: it hands SIGTERM / SIGINT to tritonserver
+# itself, which drains for --exit-timeout-secs, and exits with mpirun's status.
+pidfile=$(mktemp)
+setsid mpirun --allow-run-as-root -n 1 bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "${cmd[@]}" &
+mpi=$!
+forward() {
+    local pid
+    pid=$(cat "$pidfile" 2>/dev/null || true)
+    if [[ -n "$pid" ]]; then kill -TERM "$pid" 2>/dev/null || true; else kill -TERM "$mpi" 2>/dev/null || true; fi
+}
+trap forward TERM INT
+for _ in $(seq 200); do [[ -s "$pidfile" ]] && break; sleep 0.05; done
+[[ -s "$pidfile" ]] && scrub "$(cat "$pidfile")"
+scrub "$mpi"
+rc=0
+while true; do
+    wait "$mpi" && rc=0 || rc=$?
+    kill -0 "$mpi" 2>/dev/null || break  # still running: wait was interrupted by a forwarded signal
+done
+rm -f "$pidfile"
+exit "$rc"

