@@ -50,8 +50,11 @@ CHANNEL_OPTIONS = [
     # A restarted server is found again within about a second (gRPC's default backoff grows to 120 s).
     ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
+    # A peer that vanished without closing the connection (host or network gone) is found by
+    # keepalive pings on open calls. Not more often than Triton's server-side minimum (gRPC's
+    # default 5 min without data): more frequent pings get the connection closed ("too_many_pings").
+    ("grpc.keepalive_time_ms", 300_000), ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 0),
 ]
 
 
