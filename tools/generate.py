@@ -3,6 +3,7 @@
 
     python tools/generate.py --spec specs/default.yaml --out model_repository
     python tools/generate.py --spec specs/default.yaml --check   # CI: fail on drift
+    python tools/generate.py --spec specs/tiny-trtllm.yaml --out /tmp/r --standin   # CI stand-in for TensorRT-LLM
 """
 
 import argparse
@@ -20,6 +21,9 @@ def main() -> int:
     ap.add_argument("--spec", default=str(ROOT / "specs/default.yaml"))
     ap.add_argument("--out", help="model repository directory to write")
     ap.add_argument("--check", action="store_true", help="compare the committed model_repository/ with the spec")
+    ap.add_argument("--standin", action="store_true",
+                    help="engine.kind tensorrtllm: serve the C++ backend's model with the CI stand-in "
+                         "(llmserve/trtllm/standin.py); every other model exactly as for production")
     args = ap.parse_args()
     try:
         spec = load_spec(args.spec)
@@ -40,7 +44,7 @@ def main() -> int:
     if not args.out:
         ap.error("--out or --check is required")
     try:
-        files = write_repository(spec, label, Path(args.out))
+        files = write_repository(spec, label, Path(args.out), standin=args.standin)
     except ValueError as e:  # a spec combination the generator refuses, with the reason
         print(f"error: {e}", file=sys.stderr)
         return 2
