@@ -43,11 +43,11 @@ class Serve:
     """`python -m llmserve.deploy.serve` as a user runs it (scripts/serve.sh execs it)."""
 
     def __init__(self, work: Path):
-        self.http, self.grpc, self.metrics = free_ports(3)
+        self.http, self.grpc, self.metrics, self.openai = free_ports(4)
         self.log = work / f"serve-{self.http}.log"
         cmd = [sys.executable, "-m", "llmserve.deploy.serve", "--spec", str(_spec(work)),
                "--repository", str(work / "repo"), "--http-port", str(self.http), "--grpc-port", str(self.grpc),
-               "--metrics-port", str(self.metrics)]
+               "--metrics-port", str(self.metrics), "--openai-port", str(self.openai)]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT,
                                      start_new_session=True)
         t0 = time.monotonic()
