@@ -29,6 +29,7 @@ from ..checkpoint import build_checkpoint, is_built
 from ..spec import ROOT, Spec
 from ..spec.trtllm import engine_dir, max_num_tokens, trtllm_checkpoint_dir
 from .config import model_shape
+from . import upstream as U
 from .placement import ModelShape
 
 MANIFEST = "llmserve-build.json"
@@ -120,7 +121,11 @@ def commands(spec: Spec) -> dict[str, list[str]]:
                *convert_args(spec.checkpoint_path(), trtllm_checkpoint_dir(spec), t.dtype, t.tp_size, t.pp_size)]
     build = ["trtllm-build", "--checkpoint_dir", str(trtllm_checkpoint_dir(spec)),
              "--output_dir", str(partial(out))]
-    for k, v in build_flags(spec).items():
+    flags = build_flags(spec)
+    problems = U.check_build_flags(flags)
+    if problems:  # the table of what trtllm-build accepts (trtllm/upstream.py)
+        raise ValueError("trtllm-build would refuse these flags:\n  " + "\n  ".join(problems))
+    for k, v in flags.items():
         build += [f"--{k}", v]
     return {"convert": convert, "build": build}
 

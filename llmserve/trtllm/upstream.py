@@ -317,3 +317,51 @@ def parse_bool(value: str) -> bool:
     if value in BOOL_FALSE:
         return False
     raise ValueError(f"Cannot convert {value} to a boolean.")
+
+
+# --- trtllm-build flags (scripts/build_engine.py) ---------------------------------------------------------
+# tensorrt_llm/commands/build.py parse_arguments, and for the plugin flags PluginConfig
+# (tensorrt_llm/plugin/plugin.py, added by add_plugin_argument). Unknown flags make argparse exit.
+
+@dataclass(frozen=True)
+class BuildFlag:
+    name: str
+    type: str  # int, path, or enum (accepted lists the values)
+    read_in: str
+    accepted: tuple[str, ...] = ()
+
+
+_CMD, _PLUGIN = "commands/build.py parse_arguments", "plugin/plugin.py PluginConfig (add_plugin_argument)"
+_PLUGIN_DTYPES = ("auto", "float16", "bfloat16", "float32", "disable")
+BUILD_FLAGS: dict[str, BuildFlag] = {f.name: f for f in [
+    BuildFlag("checkpoint_dir", "path", _CMD),
+    BuildFlag("output_dir", "path", _CMD),
+    BuildFlag("max_batch_size", "int", _CMD),
+    BuildFlag("max_input_len", "int", _CMD),
+    BuildFlag("max_seq_len", "int", _CMD),
+    BuildFlag("max_num_tokens", "int", _CMD),
+    BuildFlag("max_beam_width", "int", _CMD),
+    BuildFlag("kv_cache_type", "enum", _CMD + " (enum_type(KVCacheType), case-insensitive)",
+              ("continuous", "paged", "disabled")),
+    BuildFlag("workers", "int", _CMD),
+    BuildFlag("gpt_attention_plugin", "enum", _PLUGIN, _PLUGIN_DTYPES),
+    BuildFlag("gemm_plugin", "enum", _PLUGIN, _PLUGIN_DTYPES + ("fp8", "nvfp4")),
+    BuildFlag("remove_input_padding", "enum", _PLUGIN, ("enable", "disable")),
+    BuildFlag("context_fmha", "enum", _PLUGIN, ("enable", "disable")),
+    BuildFlag("use_paged_context_fmha", "enum", _PLUGIN, ("enable", "disable")),
+    BuildFlag("tokens_per_block", "int", _PLUGIN),
+]}
+
+
+def check_build_flags(flags: dict[str, str]) -> list[str]:
+    """Problems with trtllm-build flags (name without "--" -> value) against what trtllm-build accepts."""
+    problems = []
+    for name, value in flags.items():
+        f = BUILD_FLAGS.get(name)
+        if f is None:
+            problems.append(f"--{name}: not a trtllm-build flag of TensorRT-LLM {TENSORRT_LLM_VERSION}")
+        elif f.type == "int" and not (value.isdigit() and int(value) > 0):
+            problems.append(f"--{name}: {value!r} is not a positive integer")
+        elif f.type == "enum" and value.lower() not in f.accepted:
+            problems.append(f"--{name}: {value!r} is not one of {', '.join(f.accepted)}")
+    return problems

@@ -80,3 +80,19 @@ def test_bool_conversion_is_the_backends():
     assert U.parse_bool("TRUE") and not U.parse_bool("0")
     with pytest.raises(ValueError, match="Cannot convert yes to a boolean"):
         U.parse_bool("yes")
+
+
+def test_build_flags_of_every_example_spec_are_trtllm_builds():
+    from llmserve.spec import ROOT, load_spec
+    from llmserve.trtllm.build import build_flags
+
+    for path in sorted((ROOT / "specs").glob("trtllm-*.yaml")):
+        flags = build_flags(load_spec(path))
+        assert U.check_build_flags(flags) == [], path.name
+        assert {"gpt_attention_plugin", "remove_input_padding", "kv_cache_type"} <= set(flags)  # in-flight batching
+
+
+def test_build_flags_trtllm_build_would_refuse():
+    problems = U.check_build_flags({"kv_cache_type": "pagedd", "max_seq_len": "0", "paged_kv_cache_x": "1",
+                                    "use_paged_context_fmha": "enable", "gemm_plugin": "float16"})
+    assert len(problems) == 3 and "--kv_cache_type" in problems[0]
