@@ -10,7 +10,8 @@
 #            Triton targets; with COMPILE=1 also with torch.compile (CONC_COMPILE); with EAGER=1 also eager at 1,64
 #   o        the same with the code in $BASE (default .h13/base: the tree before this work), for a
 #            side-by-side "before" in the same run
-#   c        for each repository in REPOS (default model_repository): tritonserver, 2 smoke requests to the
+#   c        for each repository in REPOS (default model_repository; REPO@VAR=VALUE sets an environment variable
+#            for that server, e.g. model_repository@LLMSERVE_SWITCH_INTERVAL_MS=0.5): tritonserver, 2 smoke requests to the
 #            ensemble and 2 direct token-level requests to tensorrt_llm (the request that killed the
 #            Python 3.12 stub), then tools/bench.py on C_TARGETS (ensemble,tensorrt_llm) and Triton's metrics
 #   d        perf_analyzer on the ensemble of the first repository (scripts/perf_analyzer.sh)
@@ -81,25 +82,28 @@ if has o && [ -f "$BASE/tools/bench.py" ]; then
     --targets engine $ENGINE --concurrency ${CONC_O:-64,128} --duration $DUR --label "engine, before" --out $W/o)
 fi
 first=1
-for repo in ${REPOS//,/ }; do
+for entry in ${REPOS//,/ }; do  # REPO or REPO@VAR=VALUE (an environment variable for that server only)
   has c || has d || break
-  stamp "tritonserver on $repo"
-  /tmp/stubvenv/bin/python3 scripts/h200/triton_up.py $H/$repo 18000 18001 18002 "$W/tritonserver-$repo.log" || continue
+  repo=${entry%@*}; setting=; [ "$entry" != "$repo" ] && setting=${entry#*@}
+  tag=$repo${setting:+-${setting//[^A-Za-z0-9.]/_}}
+  stamp "tritonserver on $repo ${setting:+with $setting}"
+  env $setting /tmp/stubvenv/bin/python3 scripts/h200/triton_up.py $H/$repo 18000 18001 18002 "$W/tritonserver-$tag.log" ||
+    continue
   ok=1
   stamp "smoke: 2 requests to the ensemble, 2 direct token-level requests to tensorrt_llm"
   timeout 90 $BENCH --url localhost:18001 --targets ensemble --concurrency 1 --requests 2 --warmup 0 \
-    --request-timeout 30 --out $W/smoke-$repo || ok=0
+    --request-timeout 30 --out $W/smoke-$tag || ok=0
   timeout 90 $BENCH --url localhost:18001 --targets tensorrt_llm --concurrency 1 --requests 2 --warmup 0 \
-    --request-timeout 30 --out $W/smoke-trt-$repo || ok=0
+    --request-timeout 30 --out $W/smoke-trt-$tag || ok=0
   dmesg 2>/dev/null | grep -i "segfault" | tail -3
-  if [ $ok = 0 ]; then echo "SMOKE FAILED on $repo"; tail -n 60 "$W/tritonserver-$repo.log"; fi
+  if [ $ok = 0 ]; then echo "SMOKE FAILED on $tag"; tail -n 60 "$W/tritonserver-$tag.log"; fi
   if has c && [ $ok = 1 ]; then
-    stamp "(c) $repo: ${C_TARGETS:-ensemble,tensorrt_llm} over gRPC streaming"
+    stamp "(c) $tag: ${C_TARGETS:-ensemble,tensorrt_llm} over gRPC streaming"
     timeout ${C_TIMEOUT:-200} $BENCH --url localhost:18001 --targets ${C_TARGETS:-ensemble,tensorrt_llm} \
-      --concurrency ${CONC_C:-$CONC} --duration $DUR --request-timeout ${RT:-60} --label "H200 bench-1b via Triton ($repo)" \
-      --out $W/c-$repo
+      --concurrency ${CONC_C:-$CONC} --duration $DUR --request-timeout ${RT:-60} --label "H200 bench-1b via Triton ($tag)" \
+      --out $W/c-$tag
     curl -s localhost:18002/metrics | grep -E "^nv_inference_(request_success|exec_count|compute_infer_duration|queue_duration)" \
-      > $W/c-$repo/metrics.txt
+      > $W/c-$tag/metrics.txt
   fi
   if has d && [ $ok = 1 ] && [ $first = 1 ]; then
     stamp "(d) perf_analyzer on $repo"
@@ -107,7 +111,7 @@ for repo in ${REPOS//,/ }; do
       PERF_ANALYZER=/tmp/site/perf_analyzer/bin/perf_analyzer timeout ${D_TIMEOUT:-200} bash scripts/perf_analyzer.sh $W/pa
   fi
   first=0
-  kill "$(cat $W/tritonserver-$repo.log.pid)"; sleep 4; rm -f "$W/tritonserver-$repo.log.pid"
+  kill "$(cat $W/tritonserver-$tag.log.pid)"; sleep 4; rm -f "$W/tritonserver-$tag.log.pid"
 done
 if has a; then
   stamp "(a) Hugging Face generate, static cache at $STATIC_BS"
