@@ -11,7 +11,7 @@
 #   o        the same with the code in $BASE (default .h13/base: the tree before this work), for a
 #            side-by-side "before" in the same run
 #   c        for each repository in REPOS (default model_repository; REPO@VAR=VALUE sets an environment variable
-#            for that server, e.g. model_repository@LLMSERVE_SWITCH_INTERVAL_MS=0.5): tritonserver, 2 smoke requests to the
+#            for that server only, e.g. model_repository@LLMSERVE_X=1): tritonserver, 2 smoke requests to the
 #            ensemble and 2 direct token-level requests to tensorrt_llm (the request that killed the
 #            Python 3.12 stub), then tools/bench.py on C_TARGETS (ensemble,tensorrt_llm) and Triton's metrics
 #   d        perf_analyzer on the ensemble of the first repository (scripts/perf_analyzer.sh)

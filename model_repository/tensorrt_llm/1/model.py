@@ -9,8 +9,6 @@ ensemble request was cancelled). The engine's health drives the server's: see
 llmserve/pipeline/health.py."""
 
 import json
-import os
-import sys
 import threading
 
 import triton_python_backend_utils as pb_utils
@@ -28,11 +26,6 @@ from llmserve.text.tokenizer import resolve_dir
 
 class TritonPythonModel:
     def initialize(self, args):
-        # The engine thread shares this stub's GIL with execute() and the send threads; a thread that
-        # wants it back waits up to the switch interval (Python's default 5 ms: more than a decode step).
-        # LLMSERVE_SWITCH_INTERVAL_MS is being measured on the H200 (docs/perf-gpu.md); unset keeps Python's.
-        if os.environ.get("LLMSERVE_SWITCH_INTERVAL_MS"):
-            sys.setswitchinterval(float(os.environ["LLMSERVE_SWITCH_INTERVAL_MS"]) / 1000)
         repo = args["model_repository"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
         self.service = EngineService(EngineOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo)))
