@@ -50,7 +50,10 @@ def stub_pid(server_pid: int, model: str = "tensorrt_llm") -> int:
 
 
 def port_free(port: int) -> bool:
+    """Nothing listens on it. SO_REUSEADDR as the servers use it: a connection of the stopped server
+    in TIME_WAIT (60 s on Linux) would otherwise count as bound, though it does not stop a restart."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True

@@ -27,7 +27,7 @@ REPLICAS = 2
 
 class ClusterCLI:
     def __init__(self, work: Path):
-        base = free_range(3 * REPLICAS + 3)
+        base = free_range(4 * REPLICAS + 4)  # + the OpenAI frontends and HAProxy's port for them
         spec = yaml.safe_load((ROOT / "specs/tiny.yaml").read_text())
         spec["name"] = "tiny-cluster-shutdown"
         spec["serving"] = {"exit_timeout_s": 30}
@@ -35,9 +35,10 @@ class ClusterCLI:
                       "base_metrics_port": base + 2 * REPLICAS, "http_port": base + 3 * REPLICAS,
                       "grpc_port": base + 3 * REPLICAS + 1, "stats_port": base + 3 * REPLICAS + 2,
                       "bind": "127.0.0.1"}
+        spec["openai"] = {"port": base + 3 * REPLICAS + 3, "base_port": base + 3 * REPLICAS + 4}
         path = work / "spec.yaml"
         path.write_text(yaml.safe_dump(spec))
-        self.ports = list(range(base, base + 3 * REPLICAS + 3))
+        self.ports = list(range(base, base + 4 * REPLICAS + 4))
         self.lb_http = base + 3 * REPLICAS
         self.log = work / "cluster.log"
         self.proc = subprocess.Popen([sys.executable, "-m", "llmserve.deploy.cluster", "--spec", str(path),
