@@ -5,6 +5,11 @@ tests (test_ensemble.py, test_bad_input.py) run against this layout too, through
 from __future__ import annotations
 
 import queue
+import re
+import statistics
+import time
+import urllib.request
+import uuid
 
 import numpy as np
 import pytest
@@ -122,3 +127,42 @@ def test_bad_input_gets_the_backends_message(stream):
     stream.send(C.BACKEND, _inputs(4, runtime_top_p=1.5, streaming=True), "b1", BACKEND_OUTPUTS)
     _, err = stream.until_final("b1")
     assert err is not None and "Assertion failed: topP.value() <= 1.f" in str(err)
+
+
+def _metric(server, name: str) -> float:
+    text = urllib.request.urlopen(server.metrics, timeout=10).read().decode()
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def test_cancel_through_the_ensemble_stops_the_backend(trtllm_server):
+    """A client that cancels its gRPC stream: postprocessing sees the cancel and sends `stop` with the
+    request id to tensorrt_llm (pipeline/cancel_relay.py); the relay forwards it to the backend's
+    request. The backend's slot is free long before the generation would have ended."""
+    from .client import grpc_inputs
+
+    max_out = 256
+    cancelled0 = _metric(trtllm_server, "llmserve_requests_cancelled_total")
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(trtllm_server.grpc)
+    client.start_stream(callback=lambda result, error: got.put((time.monotonic(), error)))
+    client.async_stream_infer("ensemble", grpc_inputs("Tell me a story.", max_out, stream=True, min_tokens=max_out),
+                              request_id=str(uuid.uuid4()))
+    times = []
+    for _ in range(8):
+        t, error = got.get(timeout=60)
+        assert error is None, error
+        times.append(t)
+    gap = statistics.median(b - a for a, b in zip(times, times[1:]))
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    t0, freed = time.monotonic(), False
+    while time.monotonic() - t0 < 60:
+        if _metric(trtllm_server, "llmserve_requests_running") == 0:
+            freed = True
+            break
+        time.sleep(0.05)
+    dt = time.monotonic() - t0
+    remaining = (max_out - 8) * gap
+    assert freed and dt < 0.5 * remaining + 1.0, f"slot held {dt:.2f} s; the rest would take {remaining:.2f} s"
+    time.sleep(1.2)  # engine metrics publish every 0.5 s
+    assert _metric(trtllm_server, "llmserve_requests_cancelled_total") > cancelled0
