@@ -35,13 +35,15 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=9100)
     ap.add_argument("--output-len", type=int, default=512, help="tokens scripted per answer (cut to max_tokens)")
     ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--http", default="h11", choices=["h11", "httptools"], help="uvicorn's HTTP parser")
     args = ap.parse_args()
     spec = load_spec(args.spec)
     settings = settings_from_spec(spec, ["unused:1"])
     ensemble = ScriptedEnsemble(pieces=[(" tok", 1)] * args.output_len, delay_s=args.delay_ms / 1000,
                                 keep_requests=False)
     app = create_app(Service(settings, client=ensemble), KeyCheck([]))
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="asyncio")
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="asyncio",
+                http=args.http)
     return 0
 
 
