@@ -27,16 +27,24 @@ class StubWatchdog:
         self.reported: str | None = None
 
     def start(self, health: Callable[[], "str | None"]) -> "StubWatchdog":
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llmserve.pipeline.watchdog", "--server-pid", str(self.server_pid),
-             "--name", self.name, "--grace-s", str(self.grace_s), "--silence-s", str(self.silence_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        """Start the watchdog process now (so there is no moment when a dead stub goes unnoticed)
+        and the heartbeat thread."""
+        self._spawn()
         self._thread = threading.Thread(target=self._run, args=(health,), name="llmserve-heartbeat", daemon=True)
         self._thread.start()
         return self
 
+    def _spawn(self) -> None:
+        with self._lock:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "llmserve.pipeline.watchdog", "--server-pid", str(self.server_pid),
+                 "--name", self.name, "--grace-s", str(self.grace_s), "--silence-s", str(self.silence_s)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+
     def _write(self, b: bytes) -> None:
         with self._lock:
+            if self.proc is None:
+                return
             try:
                 self.proc.stdin.write(b)
                 self.proc.stdin.flush()
@@ -62,6 +70,8 @@ class StubWatchdog:
     def close(self) -> None:
         """Clean shutdown (finalize)."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2 * HEARTBEAT_S)
         if self.proc is None:
             return
         self._write(b"c")

@@ -10,11 +10,15 @@ starts this small process with a pipe on stdin and writes to it:
     "c"  clean shutdown (finalize): exit quietly
 
 It acts when it reads "!", when the pipe ends without "c" (the stub died, however), or when no
-heartbeat came for `silence_s` (the stub hangs, e.g. holding the GIL): it sends tritonserver SIGTERM
+heartbeat came for `silence_s` (the stub hangs, e.g. holding the GIL). It sends tritonserver SIGTERM
 (Triton stops accepting connections at once, so /v2/health/ready fails and load balancers take the
-server out within their check interval), waits `grace_s` for answers in flight to go out, then
-SIGKILLs tritonserver's process group (its stubs, this process included). Whoever supervises the
-server starts it again: the cluster supervisor, serve.py, or Kubernetes (the container exits).
+server out within their check interval) and then SIGKILLs tritonserver's process group (its stubs,
+this process included): at once when the engine stub is dead or hung (nothing in flight can finish,
+and a closed connection is what a load balancer retries elsewhere, where an answer like "Stub process
+is not healthy" is not), after `grace_s` when the engine reported it cannot serve (its stub still
+answers, so errors in flight go out). Where tritonserver is a container's PID 1, SIGKILL from inside
+is ignored and SIGTERM does the work, bounded by --exit-timeout-secs. Whoever supervises the server
+starts it again: the cluster supervisor, serve.py, or Kubernetes (the container exits).
 
     python -m llmserve.pipeline.watchdog --server-pid PID --name tensorrt_llm_0 [--grace-s 5 --silence-s 10]
 """
@@ -27,6 +31,9 @@ import select
 import signal
 import sys
 import time
+
+
+REPORTED = "the engine reported it cannot serve"
 
 
 def log(name: str, msg: str) -> None:
@@ -68,7 +75,7 @@ def watch(fd: int, *, server_pid: int, name: str, grace_s: float, silence_s: flo
             if b"c" in data:
                 return ""
             if b"!" in data:
-                return "the engine reported it cannot serve"
+                return REPORTED
             last = time.monotonic()
         elif time.monotonic() - last > silence_s:
             return f"no heartbeat from the engine stub for {silence_s:g} s"
@@ -88,7 +95,7 @@ def main(argv=None) -> int:
                 silence_s=args.silence_s)
     if why:
         log(args.name, f"{why}: taking tritonserver {args.server_pid} down so it is restarted")
-        take_down(args.server_pid, args.grace_s, args.name)
+        take_down(args.server_pid, args.grace_s if why == REPORTED else 0.0, args.name)
     elif alive(args.server_pid) is False:
         # tritonserver ended without unloading (exit timeout): end stubs it left behind.
         try:

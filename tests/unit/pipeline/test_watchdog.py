@@ -46,9 +46,9 @@ def test_watchdog_takes_the_server_down(event, emit):
         elif event == "stub died":
             wd.stdin.close()
         t = _ended(server, 10)
-        emit(f"watchdog, {event}: stand-in server ended {t:.2f} s later (SIGTERM; grace {GRACE_S} s)")
+        emit(f"watchdog, {event}: stand-in server ended {t:.2f} s later")
         assert t is not None, "the server was not taken down"
-        assert server.returncode == -signal.SIGTERM
+        assert server.returncode in (-signal.SIGTERM, -signal.SIGKILL)
         assert b"taking tritonserver" in wd.stderr.read()
     finally:
         for p in (server, wd):
