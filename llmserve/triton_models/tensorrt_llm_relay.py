@@ -6,6 +6,7 @@ stream returns."""
 
 import json
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -77,6 +78,7 @@ class TritonPythonModel:
         inputs = [t for t in request.inputs() if t.name() not in NOT_FORWARDED]
         inputs.append(pb_utils.Tensor("streaming", np.array([[True]], dtype=np.bool_)))
         stream = RelayStream(req, self.tok, self.opts.skip_special_tokens)
+        cancel_check = _CancelCheck()
         responses = pb_utils.InferenceRequest(
             model_name=self.target, inputs=inputs, requested_output_names=BACKEND_OUTPUTS,
             request_id=inner_id).exec(decoupled=True)
@@ -94,7 +96,7 @@ class TritonPythonModel:
             chunk = stream.push(tokens, None if lp is None else lp.as_numpy().reshape(-1)[: len(tokens)].tolist())
             if chunk is not None:
                 sender.send(pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, chunk)))
-            if stream.stopped or _cancelled(sender):
+            if stream.stopped or cancel_check.cancelled(sender):
                 self._stop(inner_id)
                 break  # the rest of the stream (if any) is dropped with the iterator
         chunk = stream.finish()
@@ -123,9 +125,23 @@ class TritonPythonModel:
         sender.send(flags=FINAL)
 
 
-def _cancelled(sender) -> bool:
-    check = getattr(sender, "is_cancelled", None)
-    return bool(check and check())
+class _CancelCheck:
+    """The client went away (only seen when the relay is the top-level request: a direct gRPC client
+    of tensorrt_llm; through the ensemble, postprocessing's stop arrives instead). is_cancelled() is an
+    IPC round trip, so it is asked at most every PERIOD_S, like the C++ backend's
+    cancellation_check_period_ms."""
+
+    PERIOD_S = 0.1
+
+    def __init__(self):
+        self.last = time.monotonic()
+
+    def cancelled(self, sender) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.PERIOD_S or not hasattr(sender, "is_cancelled"):
+            return False
+        self.last = now
+        return bool(sender.is_cancelled())
 
 
 class _Collect:
