@@ -21,7 +21,7 @@ def parse_bool(value: str) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
-class _Params:
+class ModelParams:
     """Round trip through Triton's string parameters. Fields named *_dir are paths, relative to
     the model repository in the config and resolved by model.py (`resolve`)."""
 
@@ -43,7 +43,7 @@ class _Params:
 
 
 @dataclass(frozen=True)
-class PreprocessOptions(_Params):
+class PreprocessOptions(ModelParams):
     tokenizer_dir: str
     apply_chat_template: bool
     add_special_tokens: bool
@@ -61,7 +61,7 @@ class PreprocessOptions(_Params):
 
 
 @dataclass(frozen=True)
-class PostprocessOptions(_Params):
+class PostprocessOptions(ModelParams):
     tokenizer_dir: str
     skip_special_tokens: bool
 
@@ -71,7 +71,7 @@ class PostprocessOptions(_Params):
 
 
 @dataclass(frozen=True)
-class EngineOptions(_Params):
+class EngineOptions(ModelParams):
     """The torch engine's parameters (engine: torch)."""
 
     checkpoint_dir: str

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..contract import BACKEND, CONTEXT_TOKENS
-from ..pipeline.options import _Params
+from ..pipeline.options import ModelParams
 from ..text.stop_words import StopMatcher
 
 if TYPE_CHECKING:  # the generator imports RelayOptions without torch
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the generator imports RelayOptions without torch
 
 
 @dataclass(frozen=True)
-class RelayOptions(_Params):
+class RelayOptions(ModelParams):
     target_model: str
     tokenizer_dir: str
     skip_special_tokens: bool
