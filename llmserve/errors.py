@@ -27,3 +27,14 @@ class EngineBusy(RuntimeError):
 class EngineUnavailable(RuntimeError):
     """The engine cannot serve (it failed for good, or the server is shutting down): HTTP 503 /
     gRPC UNAVAILABLE, so clients and the load balancer try another server."""
+
+
+# Messages of a request refused or cut for want of capacity, as they come back over BLS (which
+# turns every error into INTERNAL): the engine's full queue, Triton's own, an engine that cannot
+# serve, a dead stub, serving.request_timeout_s. The unary twins answer them UNAVAILABLE (HTTP 503),
+# the status clients and load balancers retry.
+_UNAVAILABLE = re.compile(r"server busy|Exceeds maximum queue size|engine unavailable|is not healthy|\btimeout: ")
+
+
+def is_unavailable(message: str) -> bool:
+    return bool(_UNAVAILABLE.search(message))

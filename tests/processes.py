@@ -65,7 +65,16 @@ def free_range(n: int) -> int:
     """A base port b with b .. b+n-1 all free (the cluster CLI puts replica i on base + i)."""
     rng = random.Random(os.getpid() ^ time.time_ns())
     for _ in range(200):
-        base = rng.randrange(20000, 60000 - n)
+        # Below Linux's ephemeral range (32768-60999), where free_ports() of other servers and
+        # outgoing connections take theirs: a range found free stays free while a cluster starts.
+        base = rng.randrange(20000, 32000 - n)
         if all(port_free(base + i) for i in range(n)):
             return base
     raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def shutdown_bound(bound_s: float = 10.0) -> float:
+    """The idle-shutdown bound, stretched by how overloaded the machine is (a shutdown is CPU work:
+    Python stubs finalizing, models unloading): on a 2-core machine with a load average of 8, every
+    process gets a quarter of the CPU it would get on its own, so 4 x the bound."""
+    return bound_s * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))

@@ -196,7 +196,7 @@ class Cluster:
                  replica_ports: list[tuple[int, int, int]] | None = None, lb_ports: tuple[int, int, int] | None = None,
                  admin_key: str | None = None, extra: dict[int, list[str]] | None = None, haproxy: str = "haproxy",
                  openai_ports: list[int] | None = None):
-        self.spec, self.workdir = spec, Path(workdir)
+        self.spec, self.workdir = spec, Path(workdir).resolve()  # HAProxy needs the socket path absolute
         self.workdir.mkdir(parents=True, exist_ok=True)
         n = replicas or spec.ha.replicas
         ports = replica_ports or [spec.ha.replica_ports(i) for i in range(n)]
@@ -274,19 +274,20 @@ class Cluster:
         return self
 
     def stop(self) -> None:
-        """The OpenAI frontends first (their streams finish while the Triton servers are still up),
-        then HAProxy, softly (SIGUSR1: stop listening, finish the sessions in flight, close its idle
+        """HAProxy softly (SIGUSR1: stop listening, finish the sessions in flight, close its idle
         pooled connections, which would otherwise keep each Triton's HTTP drain waiting up to its
-        exit timeout; `hard-stop-after` bounds it), then every replica at once (SIGTERM: each
-        finishes its in-flight work within serving.exit_timeout_s), then whatever is left."""
-        if self.frontends:
-            self.frontends.stop()
+        exit timeout; `hard-stop-after` bounds it), and at the same time every replica (SIGTERM:
+        each finishes its in-flight work within serving.exit_timeout_s) and every OpenAI frontend;
+        then whatever is left."""
         for r in self.replicas:
             r.stopping = True
         if self.haproxy and self.haproxy.poll() is None:
             self.haproxy.send_signal(signal.SIGUSR1)
-        with ThreadPoolExecutor(len(self.replicas)) as ex:
-            list(ex.map(lambda r: r.stop(), self.replicas))
+        # All at once: each part finishes its own in-flight work (a frontend's streams are in flight
+        # in Triton, which drains them before it exits), so nobody waits for another's shutdown.
+        parts = [r.stop for r in self.replicas] + ([self.frontends.stop] if self.frontends else [])
+        with ThreadPoolExecutor(len(parts)) as ex:
+            list(ex.map(lambda stop: stop(), parts))
         if self.haproxy:
             try:
                 self.haproxy.wait(self.spec.serving.exit_timeout_s + 5)

@@ -1,5 +1,5 @@
 """Shutdown of `serve.sh --replicas N` (llmserve.deploy.cluster) as a user runs it, each case on its
-own cluster: idle SIGTERM exits within SHUTDOWN_BOUND_S and leaves nothing; a SIGKILLed cluster
+own cluster: idle SIGTERM exits within 10 s (stretched by the machine's load, processes.shutdown_bound) and leaves nothing; a SIGKILLed cluster
 process leaves no HAProxy, tritonserver, stub or watchdog, and its ports are free again."""
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import yaml
 from llmserve.deploy.tritonserver import is_ready
 from llmserve.spec import ROOT
 
-from ..processes import free_range, living, port_free, tree, wait_gone
+from ..processes import free_range, living, port_free, shutdown_bound, tree, wait_gone
 
 pytestmark = pytest.mark.e2e
-SHUTDOWN_BOUND_S = 10
 REPLICAS = 2
 
 
@@ -83,7 +82,7 @@ def test_idle_sigterm_exits_fast_and_leaves_nothing(cluster_cli, emit):
     busy_ports = [p for p in c.ports if not port_free(p)]
     emit(f"cluster ({REPLICAS} replicas + HAProxy) idle SIGTERM: exited {rc} after {took:.2f} s; "
          f"{len(c.pids)} processes before, {len(left)} left; ports still bound: {busy_ports}")
-    assert took < SHUTDOWN_BOUND_S, f"idle shutdown took {took:.1f} s"
+    assert took < shutdown_bound(), f"idle shutdown took {took:.1f} s (bound {shutdown_bound():.0f} s)"
     assert not left and not busy_ports, (left, busy_ports)
 
 

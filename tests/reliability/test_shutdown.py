@@ -1,6 +1,6 @@
 """Shutdown of `serve.sh` (llmserve.deploy.serve), each case on its own server:
 
-- idle, SIGTERM: exits within SHUTDOWN_BOUND_S and leaves no process behind;
+- idle, SIGTERM: exits within 10 s (stretched by the machine's load, processes.shutdown_bound) and leaves no process behind;
 - busy, SIGTERM: the stream in flight is finished (every token), then it exits;
 - the supervisor SIGKILLed (what Docker, systemd and Kubernetes do after their grace period):
   tritonserver, its Python stubs and their watchdogs go too (the reaper, deploy/reaper.py)."""
@@ -23,10 +23,9 @@ import yaml
 from llmserve.deploy.tritonserver import free_ports, is_ready
 from llmserve.spec import ROOT
 
-from ..processes import living, tree, wait_gone
+from ..processes import living, shutdown_bound, tree, wait_gone
 
 pytestmark = pytest.mark.e2e
-SHUTDOWN_BOUND_S = 10  # the issue's bound for an idle server
 TOKENS = 250  # tiny spec: max_output_len 256
 
 
@@ -80,7 +79,7 @@ def test_idle_sigterm_exits_fast_and_leaves_nothing(serve, emit):
     left, _ = wait_gone(serve.pids, 5)
     emit(f"serve.py idle SIGTERM: exited {rc} after {took:.2f} s; {len(serve.pids)} processes before, "
          f"{len(left)} left")
-    assert took < SHUTDOWN_BOUND_S, f"idle shutdown took {took:.1f} s"
+    assert took < shutdown_bound(), f"idle shutdown took {took:.1f} s (bound {shutdown_bound():.0f} s)"
     assert not left, left
 
 

@@ -3,14 +3,16 @@
 Triton refuses unary inference (HTTP /infer, gRPC ModelInfer) on decoupled models and on ensembles
 that contain one, while streaming needs decoupled. This model takes the same inputs, forces
 streaming off, calls the decoupled target over BLS and returns its single answer, so unary clients
-and streaming clients share one engine and one batch."""
+and streaming clients share one engine and one batch. Errors keep their meaning: a client error
+stays INVALID_ARG, "busy" and timeouts become UNAVAILABLE (503), a cancel CANCELLED; one request that
+fails never fails the others of its batch."""
 
 import asyncio
 import json
 
 import triton_python_backend_utils as pb_utils
 
-from llmserve.errors import is_request_error
+from llmserve.errors import is_request_error, is_unavailable
 from llmserve.pipeline.triton_glue import parameters
 
 STREAM_INPUTS = ("stream", "streaming")  # never forwarded: the twin always asks for one answer
@@ -26,17 +28,29 @@ class TritonPythonModel:
         return await asyncio.gather(*(self._one(r) for r in requests))
 
     async def _one(self, request):
+        try:
+            return await self._forward(request)
+        except Exception as e:  # this request only
+            return self._error(f"{self.target}: {e}")
+
+    def _error(self, message: str):
+        E = pb_utils.TritonError
+        code = (E.INVALID_ARG if is_request_error(message) else E.UNAVAILABLE if is_unavailable(message) else
+                E.CANCELLED if message.strip().endswith("cancelled") else E.INTERNAL)
+        return pb_utils.InferenceResponse(error=E(message, code))
+
+    async def _forward(self, request):
         inputs = [t for t in request.inputs() if t.name() not in STREAM_INPUTS]
-        bls = pb_utils.InferenceRequest(model_name=self.target, inputs=inputs, requested_output_names=self.outputs)
+        # The client's request id travels on, so a `stop` with it reaches the generation.
+        bls = pb_utils.InferenceRequest(model_name=self.target, inputs=inputs, requested_output_names=self.outputs,
+                                        request_id=request.request_id())
         # The iterator blocks while the target generates: drain it off the event loop so the
         # other requests of this batch proceed concurrently.
         responses = await asyncio.to_thread(list, await bls.async_exec(decoupled=True))
         answer = None
         for response in responses:
             if response.has_error():
-                message = response.error().message()
-                code = pb_utils.TritonError.INVALID_ARG if is_request_error(message) else pb_utils.TritonError.INTERNAL
-                return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+                return self._error(response.error().message())
             if response.output_tensors():
                 answer = response
         if answer is None:
