@@ -97,7 +97,12 @@ def chaos(cluster: Cluster, minutes: float, *, seed: int = 0, settle_s: float = 
             kind = events[i % len(events)] if i < len(events) else rng.choice(events)
             i += 1
             say(f"[chaos {time.strftime('%H:%M:%S')}] {kind}")
-            done.append(run_event(cluster, kind, rng, say, recover_timeout_s))
+            try:
+                done.append(run_event(cluster, kind, rng, say, recover_timeout_s))
+            except Exception as e:  # the report still comes out, marked failed
+                done.append({"event": kind, "error": f"{type(e).__name__}: {e}"})
+                say(f"[chaos] {done[-1]}")
+                break
             say(f"[chaos] {done[-1]}")
             time.sleep(min(settle_s, max(0.0, deadline - time.monotonic())))
     counts = {k: v.as_dict() for k, v in load.totals().items()}
@@ -107,7 +112,7 @@ def chaos(cluster: Cluster, minutes: float, *, seed: int = 0, settle_s: float = 
             "counts": counts, "failed": failed, "failover_cut": failover_cut,
             "plain_streams_cut": counts.get("plain_stream", {}).get("cut", 0),
             "requests": sum(c["ok"] + c["failed"] + c["cut"] for c in counts.values()),
-            "pass": failed == 0 and failover_cut == 0 and load.hung == 0}
+            "pass": failed == 0 and failover_cut == 0 and load.hung == 0 and not any("error" in e for e in done)}
 
 
 def summary(r: dict) -> str:

@@ -171,11 +171,19 @@ class Replica:
         """kill -9 the server and its Python-backend stubs (its own process group)."""
         self.process.kill()
 
-    def restart(self, timeout_s: float = 600) -> None:
+    def restart(self, timeout_s: float = 600, attempts: int = 3) -> None:
+        """Stop, start, wait until ready; a server that dies before it is ready is started again
+        (up to `attempts` times: a start can crash on a loaded machine)."""
         with self.lock:
             self.stop()
-            self.start()
-        self.wait_ready(timeout_s)
+            for attempt in range(attempts):
+                self.start()
+                try:
+                    self.wait_ready(timeout_s)
+                    return
+                except RuntimeError:  # exited before it was ready
+                    if attempt == attempts - 1:
+                        raise
 
     @property
     def pid(self) -> int:
