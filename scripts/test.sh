@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 .venv/bin/python tools/generate.py --spec specs/default.yaml --check
 # The H200's stubs run Python 3.12 (ours 3.11): where a 3.12 interpreter exists, give the stub test
 # its environment (numpy only, seconds) so CI runs it instead of skipping it.
-py312=$(command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1 || true)
-if [[ -n "$py312" ]]; then ./scripts/stub_python.sh "$py312"; fi
+# (pyenv's shim answers `command -v` without a 3.12 selected: try each candidate for real.)
+for py312 in $(command -v python3.12) /root/.pyenv/versions/3.12*/bin/python3.12; do
+  if "$py312" -c pass 2>/dev/null; then ./scripts/stub_python.sh "$py312"; break; fi
+done
 exec .venv/bin/python -m pytest -v "$@"
