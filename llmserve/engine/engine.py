@@ -285,7 +285,7 @@ class Engine:
         try:
             seq.on_output(seq, tokens, logprobs, finished, reason)
         except Exception:
-            seq.is_cancelled = lambda: True  # freed at the next step
+            seq.broken = True  # freed at the next step (no need to wait for a cancellation poll)
 
     def _release(self, seq: Sequence) -> None:
         if seq in self.running:
@@ -308,7 +308,7 @@ class Engine:
             candidates = list(self.waiting)
 
         def reason(s: Sequence) -> FinishReason | None:
-            if (s.key and s.key in keys) or (poll and s.is_cancelled()):
+            if s.broken or (s.key and s.key in keys) or (poll and s.is_cancelled()):
                 return FinishReason.CANCELLED
             return FinishReason.TIMEOUT if now > s.deadline else None
 
