@@ -37,7 +37,7 @@ from llmserve.pipeline.postprocess import postprocess  # noqa: E402
 from llmserve.request.token_request import EngineRequest  # noqa: E402
 from llmserve.text.detokenize import Detokenizer  # noqa: E402
 from llmserve.text.tokenizer import load_fast  # noqa: E402
-from llmserve.trtllm.relay import RelayStream  # noqa: E402
+from llmserve.pipeline.relay import RelayStream  # noqa: E402
 
 TEXT = "The quick brown fox jumps over the lazy dog. 你好，世界！🎉👩‍👩‍👧 Écris en français. 日本語で答えてください。\n"
 

@@ -13,7 +13,7 @@ from .. import contract as C
 from ..pbtxt import dynamic_batching, io, params, rel
 from ..pipeline.options import EngineOptions, PostprocessOptions, PreprocessOptions
 from ..spec import Spec
-from ..trtllm.relay import RelayOptions
+from ..pipeline.relay import RelayOptions
 from ..trtllm.upstream import STANDIN_PREFIX
 
 MODEL_SOURCES = Path(__file__).resolve().parents[1] / "triton_models"

@@ -32,11 +32,11 @@ def repository(spec: Spec, repo_dir: Path, standin: bool = False) -> dict[str, t
     if spec.engine.kind == "torch":
         if standin:
             raise ValueError("the stand-in serves the tensorrtllm layout: use a spec with engine.kind tensorrtllm")
-        models[C.ENGINE] = (render.torch_engine(spec, repo_dir), "tensorrt_llm.py")
+        models[C.ENGINE] = (render.torch_engine(spec, repo_dir), "torch_engine.py")
     else:  # the production path: the relay in front of Triton's C++ TensorRT-LLM backend (docs/tensorrtllm.md)
-        models[C.ENGINE] = (render.relay(spec, repo_dir), "tensorrt_llm_relay.py")
+        models[C.ENGINE] = (render.relay(spec, repo_dir), "relay.py")
         backend = tensorrtllm_engine(spec, repo_dir)
-        models[C.BACKEND] = ((render.standin(backend, spec, repo_dir), "trtllm_standin.py") if standin
+        models[C.BACKEND] = ((render.standin(backend, spec, repo_dir), "standin.py") if standin
                              else (backend, ""))
     if spec.serving.streaming and spec.serving.unary_twins:
         for target, ins, outs in ((C.ENSEMBLE, C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS),

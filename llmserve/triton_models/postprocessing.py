@@ -1,10 +1,10 @@
 """postprocessing: exact detokenization of whole outputs and of streamed chunks, for the whole
 dynamic batch in one tokenizer call, and the log-prob outputs (llmserve.pipeline.postprocess). A step
-of a cancelled ensemble request stops its generation (llmserve.pipeline.cancel_relay)."""
+of a cancelled ensemble request stops its generation (llmserve.pipeline.cancellation)."""
 
 import triton_python_backend_utils as pb_utils
 
-from llmserve.pipeline.cancel_relay import CancelRelay
+from llmserve.pipeline.cancellation import CancelRelay
 from llmserve.pipeline.options import PostprocessOptions
 from llmserve.pipeline.postprocess import postprocess_batch
 from llmserve.pipeline.triton_glue import error_response, parameters, reader, tensors

@@ -132,7 +132,7 @@ def test_whole_repository_parses(tmp_path):
     spec = make_spec(tmp_path)
     models = repository(spec, tmp_path / "repo")
     assert models[C.BACKEND][1] == ""  # C++ backend: no model.py
-    assert models[C.ENGINE][1] == "tensorrt_llm_relay.py"
+    assert models[C.ENGINE][1] == "relay.py"
     for cfg, _ in models.values():
         roundtrip(cfg)
 

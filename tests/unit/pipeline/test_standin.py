@@ -6,10 +6,10 @@ import pytest
 
 from llmserve import contract as C
 from llmserve.repository.writer import repository
-from llmserve.trtllm import standin as S
+from llmserve.pipeline import standin as S
 from llmserve.trtllm import upstream as U
 
-from .test_config import make_spec, params
+from ..trtllm.test_config import make_spec, params
 
 
 def test_standin_config_is_production_with_the_backend_swapped(tmp_path):
@@ -20,7 +20,7 @@ def test_standin_config_is_production_with_the_backend_swapped(tmp_path):
         if name != C.BACKEND:
             assert prod[name] == ci[name], name  # byte for byte what production gets
     a, b = prod[C.BACKEND][0], ci[C.BACKEND][0]
-    assert (a.backend, b.backend) == ("tensorrtllm", "python") and ci[C.BACKEND][1] == "trtllm_standin.py"
+    assert (a.backend, b.backend) == ("tensorrtllm", "python") and ci[C.BACKEND][1] == "standin.py"
     extra = {k: v for k, v in params(b).items() if k not in params(a)}
     assert extra and all(k.startswith(U.STANDIN_PREFIX) for k in extra)
     a.ClearField("parameters"), b.ClearField("parameters")

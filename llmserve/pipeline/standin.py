@@ -28,7 +28,7 @@ import numpy as np
 
 from ..engine.sampling import SamplingParams
 from ..request.word_lists import from_word_list
-from . import upstream as U
+from ..trtllm import upstream as U
 
 STANDIN_PREFIX = U.STANDIN_PREFIX
 

@@ -1,5 +1,5 @@
 """tensorrt_llm (engine: tensorrtllm): the token relay in front of the C++ backend model
-(tensorrt_llm_cpp). Same token-level contract as the torch engine; logic: llmserve.trtllm.relay.
+(tensorrt_llm_cpp). Same token-level contract as the torch engine; logic: llmserve.pipeline.relay.
 
 A thread per request: it iterates the backend's decoupled BLS responses and sends what the relay
 stream returns."""
@@ -16,7 +16,7 @@ from llmserve.errors import RequestError, is_request_error
 from llmserve.pipeline.triton_glue import error_response, parameters, reader, tensors
 from llmserve.request.token_request import parse_engine_request
 from llmserve.text.tokenizer import load_fast, resolve_dir
-from llmserve.trtllm.relay import NOT_FORWARDED, RelayOptions, RelayStream, backend_tokens
+from llmserve.pipeline.relay import NOT_FORWARDED, RelayOptions, RelayStream, backend_tokens
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 BACKEND_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]

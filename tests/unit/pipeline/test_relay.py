@@ -9,7 +9,7 @@ from llmserve.pipeline.postprocess import postprocess
 from llmserve.request.token_request import EngineRequest
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast
-from llmserve.trtllm.relay import RelayStream
+from llmserve.pipeline.relay import RelayStream
 
 TEXT = "The quick brown fox 你好，世界 🎉👩‍👩‍👧 jumps over the lazy dog. Écris en français."
 

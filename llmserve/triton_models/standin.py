@@ -16,7 +16,7 @@ from llmserve.pipeline.metrics import EngineMetrics
 from llmserve.pipeline.options import EngineOptions
 from llmserve.pipeline.triton_glue import parameters, reader, tensors
 from llmserve.text.tokenizer import resolve_dir
-from llmserve.trtllm import standin as S
+from llmserve.pipeline import standin as S
 
 
 def _final():

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..contract import BACKEND, CONTEXT_TOKENS
-from ..pipeline.options import ModelParams
+from .options import ModelParams
 from ..text.stop_words import StopMatcher
 
 if TYPE_CHECKING:  # the generator imports RelayOptions without torch
