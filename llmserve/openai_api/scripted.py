@@ -8,7 +8,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from .triton import Piece
+from ..client.aio import Piece
 
 
 @dataclass

@@ -16,12 +16,12 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Optional
 
+from ..client.aio import EnsembleClient, Piece, Trace
 from .errors import APIError
 from .metrics import Metrics
 from .prompts import Limits, Prompt, PromptBuilder
 from .protocol import ChatCompletionRequest, CompletionRequest, parse
 from .responses import usage
-from .triton import EnsembleClient, Piece, Trace
 
 
 @dataclass(frozen=True)

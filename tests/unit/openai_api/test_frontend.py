@@ -177,7 +177,7 @@ def test_read_piece_matches_tritonclient():
     from tritonclient.grpc import InferResult, service_pb2
     from tritonclient.utils import serialize_byte_tensor
 
-    from llmserve.openai_api.triton import read_piece
+    from llmserve.client.aio import read_piece
 
     resp = service_pb2.ModelInferResponse(model_name="ensemble")
     text = np.array([["北京🌊 ok".encode()]], dtype=np.object_)

@@ -36,10 +36,10 @@ import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.utils import serialize_byte_tensor
 
-from ..client.failover import GRPC_RETRY, resume_request
 from ..contract import ENGINE, ENGINE_INPUTS, ENSEMBLE, ENSEMBLE_INPUTS, by_name
 from ..errors import is_request_error
-from .errors import APIError, busy
+from ..openai_api.errors import APIError, busy
+from .failover import GRPC_RETRY, resume_request
 
 _ENSEMBLE_TYPES = by_name(ENSEMBLE_INPUTS)
 STOP_INPUT = "stop" in by_name(ENGINE_INPUTS)
