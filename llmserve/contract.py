@@ -5,6 +5,7 @@ upstream-compatible client names differ from TensorRT-LLM's token-level names (E
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
@@ -132,3 +133,34 @@ UNARY_SUFFIX = "_unary"
 
 def by_name(tensors: list[Tensor]) -> dict[str, Tensor]:
     return {t.name: t for t in tensors}
+
+
+# --- the error vocabulary: what an error means, carried across hops by its message ---------------
+# Errors cross BLS, the ensemble and HTTP as messages (Triton 2.51 hands a BLS caller every error as
+# INTERNAL, and its generate endpoint answers every model error with 400), so the message itself is
+# the wire contract, like a tensor name: these markers are written here once, errors.classify() is the
+# only reader, and the HAProxy config renders its retry rule from them. Renaming one is a contract change.
+class ErrorKind(str, Enum):
+    INVALID_ARGUMENT = "invalid_argument"  # the client's fault; names the field. Never retried.
+    BUSY = "busy"  # no room now (a full queue): another server may have some
+    UNAVAILABLE = "unavailable"  # this server cannot serve (engine failed, stub dead, shutting down)
+    TIMEOUT = "timeout"  # serving.request_timeout_s ran out: retrying would double the wait
+    CANCELLED = "cancelled"  # the client (or a stop request) ended it
+    INTERNAL = "internal"  # anything else: a bug, logged where it happened
+
+
+# Message prefixes our own code writes: "<prefix>: <detail>" (RequestError: "invalid <field>: <problem>").
+BUSY_PREFIX = "server busy"
+UNAVAILABLE_PREFIX = "engine unavailable"
+TIMEOUT_PREFIX = "timeout"
+CANCELLED_MESSAGE = "cancelled"
+# Substrings of Triton's own messages with the same meaning.
+TRITON_QUEUE_FULL = "Exceeds maximum queue size"  # dynamic batcher's max_queue_size
+TRITON_STUB_DEAD = "is not healthy"  # "Stub process '<model>' is not healthy."
+
+# kind -> substrings that mark it anywhere in a message (a model or the ensemble may prefix its name).
+ERROR_MARKERS: dict[ErrorKind, tuple[str, ...]] = {
+    ErrorKind.BUSY: (f"{BUSY_PREFIX}:", TRITON_QUEUE_FULL),
+    ErrorKind.UNAVAILABLE: (f"{UNAVAILABLE_PREFIX}:", TRITON_STUB_DEAD),
+    ErrorKind.TIMEOUT: (f"{TIMEOUT_PREFIX}: ",),
+}

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import retry_elsewhere_markers
 from ..spec import DEFAULT_SPEC, Spec, load_spec, resolve
 from .security import ADMIN_HEADER
 
@@ -57,7 +58,7 @@ JSON_PARSE_ERRORS = (
 # and a client gets 503 only when no server has room.
 # A server whose engine stub died answers "Stub process '...' is not healthy." (400) until its
 # watchdog takes it down: that too is "try another server".
-BUSY_ERRORS = ("server busy", "Exceeds maximum queue size", "engine unavailable", "is not healthy")
+BUSY_ERRORS = retry_elsewhere_markers()  # the error vocabulary (contract.py), never a list of our own
 
 # KServe v2 paths that clients may use: health, server/model metadata and readiness, inference.
 HTTP_ALLOWED = (

@@ -72,10 +72,10 @@ class Engine:
         seq.deadline = seq.arrival + self.request_timeout_s
         with self._cv:
             if self.unhealthy or self._stopping:
-                raise EngineUnavailable(f"engine unavailable: {self.unhealthy or 'the server is shutting down'}")
+                raise EngineUnavailable(self.unhealthy or "the server is shutting down")
             if self.max_waiting and len(self.waiting) >= self.max_waiting:
                 self.stats.rejected += 1
-                raise EngineBusy(f"server busy: {len(self.waiting)} requests already wait for the engine "
+                raise EngineBusy(f"{len(self.waiting)} requests already wait for the engine "
                                  f"(engine.queue.max_queue_size); retry later")
             self.waiting.append(seq)
             self._cv.notify()

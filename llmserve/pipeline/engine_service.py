@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..contract import CONTEXT_TOKENS
+from ..contract import CANCELLED_MESSAGE, CONTEXT_TOKENS, TIMEOUT_PREFIX
 from ..engine.engine import Engine
 from ..engine.loader import load_model
 from ..engine.sequence import Sequence
@@ -55,9 +55,9 @@ class EngineService:
         def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
                       reason: FinishReason | None):
             if reason is FinishReason.CANCELLED:
-                return send(None, True, reason, "cancelled")
+                return send(None, True, reason, CANCELLED_MESSAGE)
             if reason is FinishReason.TIMEOUT:
-                return send(None, True, reason, f"timeout: request exceeded serving.request_timeout_s "
+                return send(None, True, reason, f"{TIMEOUT_PREFIX}: request exceeded serving.request_timeout_s "
                                                 f"({self.opts.request_timeout_s:g} s) and was cancelled")
             if reason is FinishReason.ERROR:
                 return send(None, True, reason, f"error: {seq.error}")

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from ..errors import EngineBusy, EngineUnavailable, RequestError
+from ..errors import kind_of, triton_error
 from ..finish import FinishReason
 
 
@@ -132,10 +132,7 @@ class StreamSender:
 
 
 def error_response(pb, error: Exception):
-    """RequestError -> INVALID_ARG (HTTP 400 / gRPC INVALID_ARGUMENT); a full engine queue or an
-    engine that cannot serve -> UNAVAILABLE (HTTP 503 / gRPC UNAVAILABLE: "server busy", "engine
-    unavailable"; retry elsewhere); anything else -> INTERNAL."""
-    code = (pb.TritonError.INVALID_ARG if isinstance(error, RequestError) else
-            pb.TritonError.UNAVAILABLE if isinstance(error, (EngineBusy, EngineUnavailable)) else
-            pb.TritonError.INTERNAL)
-    return pb.InferenceResponse(error=pb.TritonError(str(error), code))
+    """An exception -> an error response whose code says its kind (errors.TRITON_CODE): a RequestError
+    INVALID_ARG (HTTP 400 / gRPC INVALID_ARGUMENT); a full engine queue or an engine that cannot serve
+    UNAVAILABLE (HTTP 503: retry elsewhere); anything else INTERNAL."""
+    return pb.InferenceResponse(error=triton_error(pb, str(error), kind_of(error)))

@@ -12,7 +12,7 @@ import json
 
 import triton_python_backend_utils as pb_utils
 
-from llmserve.errors import is_request_error, is_unavailable
+from llmserve.errors import triton_error
 from llmserve.pipeline.triton_glue import parameters
 
 STREAM_INPUTS = ("stream", "streaming")  # never forwarded: the twin always asks for one answer
@@ -34,10 +34,8 @@ class TritonPythonModel:
             return self._error(f"{self.target}: {e}")
 
     def _error(self, message: str):
-        E = pb_utils.TritonError
-        code = (E.INVALID_ARG if is_request_error(message) else E.UNAVAILABLE if is_unavailable(message) else
-                E.CANCELLED if message.strip().endswith("cancelled") else E.INTERNAL)
-        return pb_utils.InferenceResponse(error=E(message, code))
+        # The target's error arrives as INTERNAL over BLS: its message says its kind.
+        return pb_utils.InferenceResponse(error=triton_error(pb_utils, message))
 
     async def _forward(self, request):
         inputs = [t for t in request.inputs() if t.name() not in STREAM_INPUTS]
