@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tools")]
 
 from conftest import start_server  # noqa: E402  (the same server start-up the tests use)
-from soak import sample  # noqa: E402
+from llmserve.bench.soak import sample  # noqa: E402
 
 
 def main() -> int:

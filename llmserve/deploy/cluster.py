@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..checkpoint import build_checkpoint
-from ..openai_api.process import Frontends
+from .frontend import Frontends
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .haproxy import Backend, check_config, render
 from .reaper import Reaper

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..checkpoint import build_checkpoint
 from ..repository.writer import check_repository, spec_label, write_repository
-from ..openai_api.process import FrontendProcess
+from .frontend import FrontendProcess
 from ..spec import DEFAULT_SPEC, ROOT, SpecError, load_spec
 from .reaper import Reaper
 from .tritonserver import TritonProcess

@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from ..conftest import ADMIN_KEY
-from .harness import MixedLoad
+from llmserve.bench.mixed_load import MixedLoad
 
 LOAD_S = 15
 

@@ -7,7 +7,6 @@ cluster."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 
@@ -15,10 +14,10 @@ import psutil
 import pytest
 import requests
 
-from llmserve.spec import ROOT
+from llmserve.bench import chaos
+from llmserve.bench.mixed_load import MixedLoad
 
 from ..processes import living, stub_pid, tree
-from .harness import MixedLoad
 
 pytestmark = pytest.mark.e2e
 READY_BOUND_S = 2.0  # the issue's bound
@@ -84,9 +83,6 @@ def test_killed_engine_stub_takes_the_replica_out_and_back(supervised, emit):
 
 
 def test_chaos_soak_short(supervised, emit):
-    spec = importlib.util.spec_from_file_location("llmserve_chaos", ROOT / "tools" / "chaos.py")
-    chaos = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(chaos)
     _wait_up(supervised)
     report = chaos.chaos(supervised, CHAOS_MIN, seed=1, say=lambda m: print(f"  {m}", flush=True))
     emit(chaos.summary(report))

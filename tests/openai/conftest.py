@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from llmserve.deploy.tritonserver import TritonProcess, free_ports
-from llmserve.openai_api.process import FrontendProcess
+from llmserve.deploy.frontend import FrontendProcess
 from llmserve.spec import ROOT, load_spec
 
 DEFAULT = ROOT / "specs" / "default.yaml"

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from llmserve.deploy.tritonserver import free_ports
-from llmserve.openai_api.process import is_healthy
+from llmserve.deploy.frontend import is_healthy
 from llmserve.spec import ROOT, load_spec
 from ..processes import tree, wait_gone
 

@@ -5,26 +5,17 @@ of tritonserver and every Python stub grow < 5% after warm-up. Run the 30-minute
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
 
-from llmserve.spec import ROOT
+from llmserve.bench import soak
 
 pytestmark = pytest.mark.e2e
 DURATION_S = float(os.environ.get("LLMSERVE_SOAK_S", "120"))
 
 
-def _soak():
-    spec = importlib.util.spec_from_file_location("llmserve_soak", ROOT / "tools/soak.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_soak_short(tiny_server, tmp_path, capsys):
-    soak = _soak()
     report = soak.run(tiny_server.http, tiny_server.grpc, tiny_server.process.proc.pid, DURATION_S,
                       warmup_s=DURATION_S / 4, concurrency=4, max_tokens=16, period_s=2.0,
                       report_path=tmp_path / "soak-report.json", log=lambda *_: None)

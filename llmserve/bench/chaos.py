@@ -37,7 +37,7 @@ from llmserve.deploy.cluster import Cluster  # noqa: E402
 from llmserve.deploy.tritonserver import free_ports  # noqa: E402
 from llmserve.repository.writer import write_repository  # noqa: E402
 from llmserve.spec import load_spec  # noqa: E402
-from tests.ha.harness import MixedLoad  # noqa: E402  (the HA tests' load: one definition of "failed"/"cut")
+from llmserve.bench.mixed_load import MixedLoad  # noqa: E402  (the HA tests' load: one definition of "failed"/"cut")
 
 EVENTS = ("kill-server", "kill-engine", "rolling")
 
