@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Chaos soak: mixed streaming / non-streaming load through HAProxy, from plain clients and from the
 failover client (llmserve/client/failover.py), for --minutes, while at random one of these happens,
 one at a time, each followed by a wait until every replica is back UP in HAProxy:
@@ -14,30 +13,32 @@ HAProxy again). Goal: 0 failed anywhere, 0 cut for the failover client; plain st
 killed replica are cut by nature (no proxy can resume a started response) and are counted apart.
 Exit status 0 when the goal is met.
 
-    python tools/chaos.py --minutes 20                    # its own 3-replica tiny cluster on free ports
+    python tools/chaos.py --minutes 20                    # its own 3-replica tiny cluster on free ports (or llmserve-chaos)
     python tools/chaos.py --minutes 2 --report build/chaos.json
+
+tests/ha/test_engine_health.py runs `chaos` for 2 minutes on the HA tests' cluster.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import psutil
 
-import psutil  # noqa: E402
+from ..checkpoint import build_checkpoint
+from ..deploy.cluster import Cluster
+from ..deploy.tritonserver import free_ports
+from ..repository.writer import write_repository
+from ..spec import ROOT, load_spec
+from .mixed_load import MixedLoad  # the HA tests' load too: one definition of "failed" and "cut"
 
-from llmserve.checkpoint import build_checkpoint  # noqa: E402
-from llmserve.deploy.cluster import Cluster  # noqa: E402
-from llmserve.deploy.tritonserver import free_ports  # noqa: E402
-from llmserve.repository.writer import write_repository  # noqa: E402
-from llmserve.spec import load_spec  # noqa: E402
-from llmserve.bench.mixed_load import MixedLoad  # noqa: E402  (the HA tests' load: one definition of "failed"/"cut")
+logger = logging.getLogger(__name__)
 
 EVENTS = ("kill-server", "kill-engine", "rolling")
 
@@ -59,10 +60,10 @@ def wait_all_up(cluster: Cluster, timeout_s: float) -> float:
     raise TimeoutError(f"not every replica UP after {timeout_s} s")
 
 
-def run_event(cluster: Cluster, kind: str, rng: random.Random, say, recover_timeout_s: float) -> dict:
+def run_event(cluster: Cluster, kind: str, rng: random.Random, recover_timeout_s: float) -> dict:
     t0 = time.monotonic()
     if kind == "rolling":
-        report = cluster.rolling_restart(say=lambda m: say(f"  [rolling] {m}"))
+        report = cluster.rolling_restart()
         return {"event": kind, "total_s": round(time.monotonic() - t0, 1), "servers": report}
     victim = rng.choice(cluster.replicas)
     if kind == "kill-server":
@@ -84,7 +85,7 @@ def run_event(cluster: Cluster, kind: str, rng: random.Random, say, recover_time
 
 
 def chaos(cluster: Cluster, minutes: float, *, seed: int = 0, settle_s: float = 3.0, events=EVENTS,
-          recover_timeout_s: float = 600, say=print) -> dict:
+          recover_timeout_s: float = 600) -> dict:
     """Run the load and the events on a started cluster (its supervisor must be running)."""
     rng = random.Random(seed)
     http, grpc = f"localhost:{cluster.http_port}", f"localhost:{cluster.grpc_port}"
@@ -96,14 +97,14 @@ def chaos(cluster: Cluster, minutes: float, *, seed: int = 0, settle_s: float = 
         while time.monotonic() < deadline:
             kind = events[i % len(events)] if i < len(events) else rng.choice(events)
             i += 1
-            say(f"[chaos {time.strftime('%H:%M:%S')}] {kind}")
+            logger.info("%s", kind)
             try:
-                done.append(run_event(cluster, kind, rng, say, recover_timeout_s))
+                done.append(run_event(cluster, kind, rng, recover_timeout_s))
             except Exception as e:  # the report still comes out, marked failed
                 done.append({"event": kind, "error": f"{type(e).__name__}: {e}"})
-                say(f"[chaos] {done[-1]}")
+                logger.error("%s", done[-1])
                 break
-            say(f"[chaos] {done[-1]}")
+            logger.info("%s", done[-1])
             time.sleep(min(settle_s, max(0.0, deadline - time.monotonic())))
     counts = {k: v.as_dict() for k, v in load.totals().items()}
     failed = sum(c["failed"] for c in counts.values())
@@ -134,6 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=str(ROOT / "build" / "chaos"))
     ap.add_argument("--report", help="write the JSON report here")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(name)s %(asctime)s] %(message)s", datefmt="%H:%M:%S")
     spec = load_spec(args.spec)
     build_checkpoint(spec)
     work = Path(args.workdir)
@@ -145,8 +147,8 @@ def main(argv=None) -> int:
                       lb_ports=tuple(ports[-3:]))
     try:
         cluster.start()
-        sup = cluster.start_supervisor(say=lambda m: print(f"[supervisor] {m}", flush=True))
-        report = chaos(cluster, args.minutes, seed=args.seed, say=lambda m: print(m, flush=True))
+        sup = cluster.start_supervisor()
+        report = chaos(cluster, args.minutes, seed=args.seed)
         sup.stop()
     finally:
         cluster.stop()

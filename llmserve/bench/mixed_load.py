@@ -1,9 +1,11 @@
-"""Mixed load against the load balancer for the HA tests: plain clients (no retries of their own,
-so what they see is what HAProxy gives) and failover clients (llmserve/client/failover.py)."""
+"""Mixed load against the load balancer for the HA tests and the chaos soak (bench/chaos.py): plain
+clients (no retries of their own, so what they see is what HAProxy gives) and failover clients
+(llmserve/client/failover.py)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -11,8 +13,9 @@ from dataclasses import dataclass, field
 
 import requests
 
-from llmserve.client.failover import FailoverClient, GenerationError
+from ..client.failover import FailoverClient, GenerationError, Stats
 
+logger = logging.getLogger(__name__)
 PROMPT = "Tell me a story about a lighthouse keeper."
 
 
@@ -94,8 +97,6 @@ def failover_stream(client: FailoverClient, max_tokens: int, c: Counts) -> None:
 
 
 def failover_generate(client: FailoverClient, max_tokens: int, c: Counts) -> None:
-    from llmserve.client.failover import Stats
-
     st = Stats()
     try:
         client.generate(PROMPT, max_tokens, stats=st, apply_chat_template=False)
@@ -156,8 +157,7 @@ class MixedLoad:
 
     def report(self, title: str) -> dict[str, Counts]:
         out = self.totals()
-        print(f"\n[{title}] {self.elapsed:.1f} s of mixed load, {len(self.jobs)} concurrent clients "
-              f"(last requests finished {self.drain_s:.1f} s later; clients still hung: {self.hung}):")
-        for k, v in out.items():
-            print(f"  {k:16s} {v.as_dict()}")
+        logger.info("[%s] %.1f s of mixed load, %d concurrent clients (last requests finished %.1f s later; "
+                    "clients still hung: %d):\n%s", title, self.elapsed, len(self.jobs), self.drain_s, self.hung,
+                    "\n".join(f"  {k:16s} {v.as_dict()}" for k, v in out.items()))
         return out

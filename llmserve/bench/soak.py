@@ -1,12 +1,13 @@
-#!/usr/bin/env python3
 """Soak: mixed load against a real tritonserver for --duration, sampling the resident memory (RSS)
 and open file descriptors of tritonserver and every child (the Python backend stubs) from /proc.
 Reports growth from the end of warm-up to the end of the run (goal < 5%) and errors (goal 0), and
 writes a JSON report. Exit status 0 when both goals are met.
 
-    python tools/soak.py                                   # 30 min, tiny spec, own server
+    python tools/soak.py                                   # 30 min, tiny spec, own server (or llmserve-soak)
     python tools/soak.py --spec specs/default.yaml --duration 600
     python tools/soak.py --http localhost:8000 --grpc localhost:8001 --pid <tritonserver pid>
+
+tests/reliability/test_soak_short.py runs `run` for 2 minutes against the tests' own server.
 
 Mixed load (each worker loops, choosing at random): HTTP generate, HTTP generate_stream, gRPC
 streaming (ensemble), gRPC unary (ensemble_unary), an invalid request (must get 400 /
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import queue
 import random
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -30,8 +33,12 @@ from pathlib import Path
 import numpy as np
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ..checkpoint import build_checkpoint
+from ..deploy.tritonserver import TritonProcess, free_ports
+from ..repository.writer import write_repository
+from ..spec import load_spec
 
+logger = logging.getLogger(__name__)
 PROMPTS = ["Say hi", "What is the capital of France?", "Write a haiku about rain.", "List three colours.",
            "日本語で挨拶して", "Explain TCP in one line."]
 
@@ -208,7 +215,7 @@ def growth(samples: list[dict], warmup_s: float, key: str) -> dict:
 
 
 def run(http: str, grpc: str, pid: int, duration_s: float, warmup_s: float, concurrency: int,
-        max_tokens: int, period_s: float, report_path: Path | None, goal_pct: float = 5.0, log=print) -> dict:
+        max_tokens: int, period_s: float, report_path: Path | None, goal_pct: float = 5.0) -> dict:
     load = Load(http, grpc, max_tokens)
     stop = threading.Event()
     threads = [threading.Thread(target=load.worker, args=(stop, i), daemon=True) for i in range(concurrency)]
@@ -224,8 +231,8 @@ def run(http: str, grpc: str, pid: int, duration_s: float, warmup_s: float, conc
             not_ready += 1
         if now - last_log >= 60:
             total = sum(p["rss_kb"] for p in samples[-1]["procs"].values())
-            log(f"[soak] {now:6.0f} s  requests {sum(load.counts.values())}  errors {len(load.errors)}  "
-                f"RSS {total / 1024:.0f} MB  procs {len(samples[-1]['procs'])}")
+            logger.info("%6.0f s  requests %d  errors %d  RSS %.0f MB  procs %d", now, sum(load.counts.values()),
+                        len(load.errors), total / 1024, len(samples[-1]["procs"]))
             last_log = now
         time.sleep(period_s)
     stop.set()
@@ -272,7 +279,25 @@ def summary(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def start_server(spec_path: Path, workdir: Path) -> TritonProcess:
+    """A server of its own for the soak: the spec's repository generated into workdir, free ports."""
+    spec = load_spec(spec_path)
+    build_checkpoint(spec)
+    repository = workdir / "model_repository"
+    write_repository(spec, spec_path.name, repository)
+    http, grpc, metrics = free_ports(3)
+    server = TritonProcess(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                           exit_timeout_s=spec.serving.exit_timeout_s, log_path=workdir / f"tritonserver-{http}.log")
+    server.start()
+    try:
+        server.wait_ready(timeout_s=300)
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", default="specs/tiny.yaml", help="start a server from this spec (ignored with --http)")
     ap.add_argument("--http", help="an already running server's HTTP host:port")
@@ -284,7 +309,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--period", type=float, default=2.0, help="sampling period in seconds")
     ap.add_argument("--report", default="build/soak-report.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[soak %(asctime)s] %(message)s", datefmt="%H:%M:%S")
     warmup = args.warmup if args.warmup is not None else min(300.0, 0.2 * args.duration)
     server = None
     if args.http:
@@ -292,21 +318,15 @@ def main() -> int:
             ap.error("--http needs --grpc and --pid")
         http, grpc, pid = args.http, args.grpc, args.pid
     else:
-        import tempfile
-
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from conftest import start_server  # noqa: E402  (the same helper the e2e tests use)
-
-        work = Path(tempfile.mkdtemp(prefix="soak-"))
-        server = start_server(Path(args.spec).resolve(), work)
-        http, grpc, pid = server.http, server.grpc, server.process.proc.pid
-        print(f"[soak] server pid {pid} http {http} grpc {grpc} log {server.log}")
+        server = start_server(Path(args.spec).resolve(), Path(tempfile.mkdtemp(prefix="soak-")))
+        http, grpc, pid = f"localhost:{server.http_port}", f"localhost:{server.grpc_port}", server.proc.pid
+        print(f"[soak] server pid {pid} http {http} grpc {grpc} log {server.log_path}")
     try:
         report = run(http, grpc, pid, args.duration, warmup, args.concurrency, args.max_tokens, args.period,
                      Path(args.report))
     finally:
         if server:
-            server.process.stop()
+            server.stop()
     print(summary(report))
     print(f"[soak] report: {args.report}")
     return 0 if report["ok"] else 1

@@ -18,7 +18,7 @@ DURATION_S = float(os.environ.get("LLMSERVE_SOAK_S", "120"))
 def test_soak_short(tiny_server, tmp_path, capsys):
     report = soak.run(tiny_server.http, tiny_server.grpc, tiny_server.process.proc.pid, DURATION_S,
                       warmup_s=DURATION_S / 4, concurrency=4, max_tokens=16, period_s=2.0,
-                      report_path=tmp_path / "soak-report.json", log=lambda *_: None)
+                      report_path=tmp_path / "soak-report.json")
     with capsys.disabled():
         print("\n" + soak.summary(report), flush=True)
     assert report["errors"] == 0, report["error_samples"][:5]
