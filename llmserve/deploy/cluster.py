@@ -14,15 +14,10 @@ pooled idle connections would otherwise hold Triton's drain), then every replica
 takes seconds; busy, in-flight work finishes within serving.exit_timeout_s.
 
 It writes build/haproxy/cluster.json (replica pids and ports, the runtime-API socket) for
-`rolling-restart`, which, one server at a time:
+`rolling-restart`, which drains and restarts one server at a time through HAProxy's runtime API
+(deploy/haproxy_runtime.py): SIGTERM to the replica, the cluster's supervisor starts it again.
 
-  1. `set server triton_http/<s> state drain` on HAProxy's runtime API: no new requests (the gRPC
-     server tracks the HTTP one, so it drains too); in-flight requests and streams go on;
-  2. waits until HAProxy counts 0 sessions on it (both backends), at most ha.drain_timeout_s;
-  3. `state maint` (no more checks or pooled connections), SIGTERM: Triton finishes what is left
-     (up to serving.exit_timeout_s) and exits; the supervisor starts it again;
-  4. waits for /v2/health/ready on the server itself, `state ready`, waits until HAProxy has it UP;
-  5. next server.
+`config` prints the haproxy.cfg the cluster would run, and builds nothing.
 """
 
 from __future__ import annotations
@@ -31,107 +26,28 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from ..checkpoint import build_checkpoint
 from .frontend import Frontends
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .haproxy import Backend, check_config, render
+from .haproxy_runtime import RuntimeAPI, rolling_restart
 from .reaper import Reaper
 from .serve import prepare_repository
 from .tritonserver import TritonProcess, is_ready
 
-HTTP_BACKEND, GRPC_BACKEND = "triton_http", "triton_grpc"
 QUICK_DEATH_S = 60.0  # a replica that exits sooner than this after its start counts as a quick death
 MAX_BACKOFF_S = 30.0
 
 
 def log(msg: str) -> None:
     print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-class RuntimeAPI:
-    """HAProxy's runtime API over the admin stats socket (one command per connection)."""
-
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-
-    def cmd(self, line: str, timeout: float = 5.0) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(self.path)
-            s.sendall(line.encode() + b"\n")
-            chunks = []
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                chunks.append(b)
-        return b"".join(chunks).decode()
-
-    def stat(self) -> dict[tuple[str, str], dict[str, str]]:
-        """`show stat` as {(backend, server): row} (rows for servers only)."""
-        text = self.cmd("show stat").strip().splitlines()
-        header = text[0].lstrip("# ").split(",")
-        rows = {}
-        for line in text[1:]:
-            row = dict(zip(header, line.split(",")))
-            if row.get("svname") not in ("FRONTEND", "BACKEND"):
-                rows[(row["pxname"], row["svname"])] = row
-        return rows
-
-    def set_state(self, server: str, state: str) -> None:
-        """state: ready | drain | maint. Set on the HTTP backend; the tracking gRPC server follows."""
-        out = self.cmd(f"set server {HTTP_BACKEND}/{server} state {state}").strip()
-        if out:
-            raise RuntimeError(f"haproxy: set server {server} state {state}: {out}")
-
-    def sessions(self, server: str) -> int:
-        st = self.stat()
-        return sum(int(st[(b, server)]["scur"] or 0) for b in (HTTP_BACKEND, GRPC_BACKEND) if (b, server) in st)
-
-    def status(self, server: str, backend: str = HTTP_BACKEND) -> str:
-        return self.stat()[(backend, server)]["status"]
-
-    def wait_status(self, server: str, want: str = "UP", timeout_s: float = 60) -> float:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout_s:
-            if self.status(server) == want:
-                return time.monotonic() - t0
-            time.sleep(0.05)
-        raise TimeoutError(f"haproxy: {server} not {want} after {timeout_s} s (is {self.status(server)})")
-
-
-def rolling_restart(api: RuntimeAPI, names: list[str], restart: Callable[[str], None], *,
-                    drain_timeout_s: float, up_timeout_s: float = 120, say=log) -> list[dict]:
-    """Restart each server in turn without failing or cutting a request (see the module docstring).
-    restart(name) must stop the server (SIGTERM) and return once it is ready again."""
-    report = []
-    for name in names:
-        t0 = time.monotonic()
-        api.set_state(name, "drain")
-        say(f"{name}: draining ({api.sessions(name)} sessions)")
-        while api.sessions(name) > 0 and time.monotonic() - t0 < drain_timeout_s:
-            time.sleep(0.1)
-        left = api.sessions(name)
-        drained = time.monotonic() - t0
-        say(f"{name}: drained in {drained:.1f} s" + (f" ({left} sessions still open: Triton finishes them "
-                                                      f"on SIGTERM)" if left else ""))
-        api.set_state(name, "maint")
-        restart(name)
-        api.set_state(name, "ready")
-        up = api.wait_status(name, "UP", up_timeout_s)
-        total = time.monotonic() - t0
-        say(f"{name}: back UP in HAProxy {up:.1f} s after ready; {total:.1f} s in all")
-        report.append({"server": name, "drain_s": round(drained, 2), "left_sessions": left, "total_s": round(total, 2)})
-    return report
 
 
 class Replica:
@@ -309,10 +225,10 @@ class Cluster:
             self.reaper.unregister(self.haproxy.pid)
         self.reaper.close()
 
-    def rolling_restart(self, say=log) -> list[dict]:
+    def rolling_restart(self) -> list[dict]:
         drain = self.spec.ha.drain_timeout_s or self.spec.serving.exit_timeout_s
         return rolling_restart(self.api, [r.name for r in self.replicas], lambda n: self.by_name(n).restart(),
-                               drain_timeout_s=drain, say=say)
+                               drain_timeout_s=drain)
 
     # --- state for `rolling-restart` from another process -------------------------------------
     @property
@@ -443,18 +359,19 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir)
     if sub == "rolling-restart":
         return rolling_restart_cli(workdir, spec.ha.drain_timeout_s or spec.serving.exit_timeout_s)
+    o = spec.openai
+    openai_ports = [o.base_port + i for i in range(spec.ha.replicas)] if o.enabled else None
+    if sub == "config":  # the rendered haproxy.cfg needs ports and names only: nothing to build
+        print(Cluster(spec, Path(args.repository or "model_repository"), workdir, openai_ports=openai_ports).render(),
+              end="")
+        return 0
     try:
         build_checkpoint(spec)
         repo = prepare_repository(Path(args.spec), spec, args.repository)
     except (SpecError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    o = spec.openai
-    cluster = Cluster(spec, repo, workdir, openai_ports=[o.base_port + i for i in range(spec.ha.replicas)]
-                      if o.enabled else None)
-    if sub == "config":
-        print(cluster.render(), end="")
-        return 0
+    cluster = Cluster(spec, repo, workdir, openai_ports=openai_ports)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -143,7 +143,7 @@ def test_rolling_restart_under_load_no_errors(cluster):
     http, grpc = lb(cluster)
     with MixedLoad(http, grpc) as load:
         time.sleep(3)
-        report = cluster.rolling_restart(say=lambda m: print(f"  [rolling] {m}", flush=True))
+        report = cluster.rolling_restart()
         time.sleep(2)
     counts = load.report("rolling restart")
     print(f"  per server: {report}")
