@@ -11,11 +11,17 @@ Health: a step that raises fails the requests in it (and only those, plus the on
 MAX_CONSECUTIVE_FAILURES failed steps in a row, or if the loop ends other than by shutdown(), the
 engine is unhealthy for good: it refuses new requests (EngineUnavailable) and `health()` says why, so
 the adapter can take the server out of rotation (pipeline/health.py). A step running longer than
-`stall_s` counts as unhealthy too (a hung device)."""
+`stall_s` counts as unhealthy too (a hung device).
+
+Logs: a failed step is logged with its traceback (at most one per minute per distinct error, with a
+count of the ones left out: a step that fails every time must not flood the log), and so are a
+failing sampling row and a failing callback, with the request id; each finished request gets one
+DEBUG line (tritonserver's verbose level) with its id, reason and token counts."""
 
 from __future__ import annotations
 
 import heapq
+import logging
 import secrets
 import threading
 import time
@@ -25,6 +31,7 @@ import torch
 
 from ..errors import EngineBusy, EngineUnavailable
 from ..finish import FinishReason
+from ..logs import Throttle
 from ..text.stop_words import StopMatcher
 from .llama import LlamaModel
 from .sampling import sample
@@ -33,6 +40,9 @@ from .sequence import EngineStats, Sequence
 
 MAX_CONSECUTIVE_FAILURES = 3  # failed steps in a row after which the engine is declared unhealthy
 CANCEL_POLL_S = 0.1  # is_cancelled() is an IPC round trip per request: poll at most this often (as TRT-LLM)
+TRACEBACK_INTERVAL_S = 60.0  # one full traceback per distinct error per minute; the others are counted
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -60,6 +70,7 @@ class Engine:
         self._step_started: float | None = None
         self.consecutive_failures = 0
         self.unhealthy: str | None = None  # why the engine cannot serve any more (None: healthy)
+        self.throttle = Throttle(TRACEBACK_INTERVAL_S)
 
     # --- public API (thread-safe) --------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -131,13 +142,20 @@ class Engine:
                 except Exception as e:  # never die silently: fail the requests in flight, keep serving
                     self.stats.step_failures += 1
                     self.consecutive_failures += 1
+                    ids = [s.key for s in self.running if s.key]
+                    self.throttle.exception(log, e, "engine step failed (%d in a row; requests failed: %s)",
+                                            self.consecutive_failures, ", ".join(ids[:16]) or "none with an id")
                     self._fail_all(f"engine step failed: {type(e).__name__}: {e}")
                     if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
                         self.unhealthy = (f"{self.consecutive_failures} engine steps failed in a row "
                                           f"(last: {type(e).__name__}: {e})")
+                        log.error("engine unhealthy, refusing new requests: %s", self.unhealthy)
                         return
                 finally:
                     self._step_started = None
+        except BaseException:
+            log.exception("the engine thread ended unexpectedly")
+            raise
         finally:
             if not self._stopping and not self.unhealthy:
                 self.unhealthy = "the engine thread ended unexpectedly"
@@ -243,6 +261,8 @@ class Engine:
                     (tok,), (lp,) = sample(logits[i:i + 1], [s.params], [s.prompt], [s.generated], [s.generator])
                     picked.append((s, tok, lp))
                 except Exception as e:
+                    self.throttle.exception(log, e, "sampling failed; the request ends with an error",
+                                            level=logging.WARNING, request_id=s.key or None)
                     self._finish(s, FinishReason.ERROR, f"sampling failed: {e}")
             return picked
 
@@ -277,6 +297,10 @@ class Engine:
         seq.emitted = end
         self._release(seq)
         self.stats.finished += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("finished: %s, %d prompt + %d generated tokens, %.3f s%s", reason.value, len(seq.prompt),
+                      len(seq.generated), time.monotonic() - seq.arrival, f" ({error})" if error else "",
+                      extra={"request_id": seq.key or None})
 
     def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
               reason: FinishReason | None) -> None:
@@ -284,8 +308,10 @@ class Engine:
         response cannot be sent) only ends that request, never the batch or the engine thread."""
         try:
             seq.on_output(seq, tokens, logprobs, finished, reason)
-        except Exception:
+        except Exception as e:
             seq.broken = True  # freed at the next step (no need to wait for a cancellation poll)
+            self.throttle.exception(log, e, "sending a response failed; the request is dropped",
+                                    level=logging.WARNING, request_id=seq.key or None)
 
     def _release(self, seq: Sequence) -> None:
         if seq in self.running:

@@ -9,12 +9,16 @@ too (the response starts only once the first piece is there); later ones, which 
 not absorb, arrive as an `error` event, which the `openai` SDK raises.
 
 A client that hangs up (streaming or not) ends its request at once: the gRPC call to Triton is
-cancelled and the engine is told to stop it (see triton.py)."""
+cancelled and the engine is told to stop it (see triton.py).
+
+Every request gets a request id and one access line when it is over (access.py); an unexpected
+exception is logged there with its traceback and answered 500."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from contextlib import aclosing, asynccontextmanager
@@ -25,6 +29,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
+from .access import AccessLog, access
 from .auth import KeyCheck
 from .errors import APIError, bad_request
 from .protocol import ChatCompletionRequest, CompletionRequest
@@ -32,6 +37,7 @@ from .responses import CHAT, COMPLETION, DONE, Shape, dumps, sse
 from .service import Run, Service
 
 JSON = "application/json"
+log = logging.getLogger(__name__)
 
 
 class ClientGone(Exception):
@@ -75,17 +81,23 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
     app = FastAPI(title="llmserve OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
 
+    app.add_middleware(AccessLog)
+
     @app.exception_handler(APIError)
-    async def _api_error(_request, e: APIError):
+    async def _api_error(request, e: APIError):
+        access(request).error = e.message  # the access line says why
         return error_response(e)
 
     @app.exception_handler(HTTPException)
-    async def _http_error(_request, e: HTTPException):
+    async def _http_error(request, e: HTTPException):
         msg = "Not found." if e.status_code == 404 else str(e.detail)
+        access(request).error = msg
         return error_response(APIError(e.status_code, msg))
 
     @app.exception_handler(Exception)
     async def _internal(_request, e: Exception):
+        # Reached only by an error outside AccessLog (which logs and answers the others itself).
+        log.error("internal error", exc_info=e)
         return error_response(APIError(500, f"internal error: {type(e).__name__}"))
 
     @app.get("/health")
@@ -127,7 +139,10 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
         chat = kind is ChatCompletionRequest
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         shape = Shape(CHAT if chat else COMPLETION, rid, int(time.time()), req.model)
-        run = Run(service, req, prompt, rid, arrival)
+        record = access(request)
+        # Triton gets the request id (the client's X-Request-Id or ours), not the completion id: one
+        # id to follow through every log.
+        run = record.run = Run(service, req, prompt, record.request_id, arrival)
         if not req.stream:
             try:
                 text = await until_disconnect(request, run.collect())
@@ -143,10 +158,10 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
         except APIError:
             await gen.aclose()
             raise
-        return StreamingResponse(events(run, shape, req, first, gen), media_type="text/event-stream",
+        return StreamingResponse(events(run, shape, req, first, gen, record), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def events(run: Run, shape: Shape, req, first, gen) -> AsyncIterator[bytes]:
+    async def events(run: Run, shape: Shape, req, first, gen, record) -> AsyncIterator[bytes]:
         with_usage = req.include_usage
         continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
         chat = shape.kind == CHAT
@@ -170,8 +185,12 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
                 yield sse(shape.usage_chunk(run.usage()))
             yield DONE
         except APIError as e:
+            record.error = e.message  # the stream had started (status 200): the access line says it failed
             yield sse(e.body())
             yield DONE
+        except BaseException:  # cancelled or closed before the end: the client went away
+            record.hung_up = True
+            raise
         finally:
             await gen.aclose()
 

@@ -14,13 +14,15 @@ from ..client.aio import Piece
 @dataclass
 class ScriptedEnsemble:
     """Answers with `pieces` (text, tokens), cut to the request's max_tokens, waiting `delay_s`
-    before each; records the requests it got, counts those in flight and those cancelled."""
+    before each; records the requests it got (and their request ids), counts those in flight and
+    those cancelled."""
 
     pieces: list[tuple[str, int]] = field(default_factory=lambda: [("Hello", 1), (" world", 2), ("!", 1)])
     delay_s: float = 0.0
     error: Exception | None = None
     keep_requests: bool = True
     requests: list[dict] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
     active: int = 0
     cancelled: int = 0
 
@@ -36,6 +38,7 @@ class ScriptedEnsemble:
     async def generate(self, request: dict, request_id: str, trace):
         if self.keep_requests:
             self.requests.append(request)
+            self.request_ids.append(request_id)
         trace.dispatched_at = time.monotonic()
         if self.error is not None:
             raise self.error

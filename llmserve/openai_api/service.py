@@ -11,6 +11,7 @@ generated `max_tokens` ("length"); the end token and a stop word's tokens are no
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from .metrics import Metrics
 from .prompts import Limits, Prompt, PromptBuilder
 from .protocol import ChatCompletionRequest, CompletionRequest, parse
 from .responses import usage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,11 @@ class Run:
 
     def _record(self, outcome: Optional[str]) -> None:
         m, t = self.service.metrics, self.trace
+        # Each failed attempt with its cause (the access line counts retries and resumes); the
+        # Triton request id of attempt n is `<request id>-<n>`.
+        for n, why in enumerate(t.errors, 1):  # the failed attempts are the first ones
+            log.warning("attempt %d failed: %s", n, why)
+        log.debug("Triton: %s, %d attempts, %d tokens", ", ".join(t.endpoints) or "not sent", t.attempts, t.tokens)
         m.retries.inc(t.retries)
         m.resumes.inc(t.resumes)
         if t.dispatched_at is not None:

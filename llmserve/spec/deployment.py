@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from .base import SpecError, Strict, resolve
 from .ha import HighAvailability
+from .logs import Logging
 from .openai import OpenAIFrontend
 from .trtllm import TensorRTLLMEngine
 
@@ -141,6 +142,7 @@ class Spec(Strict):
     serving: Serving = Serving()
     ha: HighAvailability = HighAvailability()
     openai: OpenAIFrontend = OpenAIFrontend()
+    logging: Logging = Logging()
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -1,0 +1,137 @@
+"""The request id and the access line: an ASGI middleware around every HTTP request.
+
+Request id: the client's `X-Request-Id` header when it has one (1-128 characters of letters, digits
+and `._:@/+=-`; the convention of vLLM, nginx and most proxies: a caller who already has an id for
+its request can follow it through our logs), else one minted here (`req-` + 32 hex digits). It is
+returned in the response's `X-Request-Id` header, set as the logging context of everything the
+request runs (llmserve.logs), and sent to Triton as the gRPC request id, with `-<attempt>` appended
+(`req-...-1`, `-2` for a retry or resume on another server), so tritonserver's lines of that request
+carry it too. The Triton id must be unique while the request runs (a `stop` request cancels by id):
+an id that another request of this frontend is still using gets a random suffix (`<id>.<6 hex>`),
+which the response header then returns.
+
+Access line: one per request when it is over (for a stream: when its last byte went out), at INFO
+(WARNING for a 5xx), on the logger `llmserve.openai_api.access`:
+    POST /v1/chat/completions 200 1.234 s completion_tokens=32 client=127.0.0.1:50412
+plus `retries=`, `resumes=` when the failover needed them, `error="..."` with the cause when the
+request failed (WARNING also when a stream that had started ends with an error event) and
+`hung_up=True` when the client went away mid-stream. JSON lines carry the same as fields (method,
+path, status, duration_ms, completion_tokens, retries, resumes, error, hung_up, client). /health and /metrics,
+polled every second by load balancers and Prometheus, log at DEBUG. A client that hung up: 499."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..logs import request_context
+from .errors import APIError
+from .responses import dumps
+
+log = logging.getLogger(__name__)
+
+HEADER = "x-request-id"
+_VALID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
+_QUIET = ("/health", "/metrics")
+KEY = "llmserve.access"  # the request's Access record in the ASGI scope
+
+
+@dataclass
+class Access:
+    """What the routes tell the access line about their request."""
+
+    request_id: str
+    run: Any = None  # service.Run, once the request reached Triton: tokens, retries, resumes
+    error: Optional[str] = None
+    hung_up: bool = False  # the client closed the connection before the end (a stream's status stays 200)
+
+
+def access(request) -> Access:
+    """The Access record of a request (Starlette Request or ASGI scope)."""
+    scope = getattr(request, "scope", request)
+    return scope[KEY]
+
+
+def mint() -> str:
+    return f"req-{uuid.uuid4().hex}"
+
+
+class AccessLog:
+    """Pure ASGI middleware (not BaseHTTPMiddleware: that buffers streaming responses)."""
+
+    def __init__(self, app):
+        self.app = app
+        self.inflight: set[str] = set()
+
+    def _request_id(self, scope) -> str:
+        given = next((v for k, v in scope.get("headers", ()) if k == HEADER.encode()), b"").decode("latin-1")
+        rid = given if _VALID.fullmatch(given) else mint()
+        if rid in self.inflight:
+            rid = f"{rid}.{secrets.token_hex(3)}"
+        return rid
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        rid = self._request_id(scope)
+        self.inflight.add(rid)
+        record = scope[KEY] = Access(rid)
+        status = [0]
+        started = time.monotonic()
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message = {**message, "headers": [*message.get("headers", ()), (HEADER.encode(), rid.encode())]}
+            await send(message)
+
+        with request_context(rid):
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception as e:
+                record.error = f"internal error: {type(e).__name__}: {e}"
+                log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+                if status[0]:
+                    raise  # the response had started: nothing else can be said to the client
+                status[0] = 500
+                err = APIError(500, f"internal error: {type(e).__name__}")
+                await send_with_id({"type": "http.response.start", "status": 500,
+                                    "headers": [(b"content-type", b"application/json")]})
+                await send_with_id({"type": "http.response.body", "body": dumps(err.body())})
+            finally:
+                self.inflight.discard(rid)
+                self._line(scope, record, status[0] or 499, time.monotonic() - started)
+
+    @staticmethod
+    def _line(scope, record: Access, status: int, seconds: float) -> None:
+        path = scope.get("path", "")
+        level = (logging.DEBUG if path in _QUIET and status < 500 else
+                 logging.WARNING if status >= 500 or (record.error and status < 400) else logging.INFO)
+        if not log.isEnabledFor(level):
+            return
+        client = scope.get("client")
+        fields: dict[str, Any] = {"request_id": record.request_id, "method": scope.get("method"), "path": path,
+                                  "status": status, "duration_ms": round(seconds * 1000, 1)}
+        run = record.run
+        if run is not None:
+            fields["completion_tokens"] = run.completion_tokens
+            if run.trace.retries:
+                fields["retries"] = run.trace.retries
+            if run.trace.resumes:
+                fields["resumes"] = run.trace.resumes
+        if record.error:
+            fields["error"] = record.error
+        if record.hung_up:
+            fields["hung_up"] = True
+        if client:
+            fields["client"] = f"{client[0]}:{client[1]}"
+        extra = " ".join(f"{k}={json.dumps(v)}" if k == "error" else f"{k}={v}" for k, v in fields.items()
+                         if k not in ("request_id", "method", "path", "status", "duration_ms"))
+        log.log(level, "%s %s %d %.3f s%s", fields["method"], path, status, seconds, " " + extra if extra else "",
+                extra=fields)
