@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -15,9 +16,7 @@ from .spec import Spec, resolve
 
 MARKER = "llmserve-checkpoint.json"  # written last: a checkpoint without it is incomplete
 
-
-def log(msg: str) -> None:
-    print(f"[build] {msg}", flush=True)
+log = logging.getLogger(__name__)
 
 
 def package_dir(package: str) -> Path:
@@ -41,9 +40,9 @@ def _from_gguf(spec: Spec, out: Path) -> None:
     folder = package_dir(src.package)
     if not (folder / src.file).exists():
         raise FileNotFoundError(f"{src.file} not found in package {src.package} ({folder})")
-    log(f"loading tokenizer from {folder / src.file}")
+    log.info(f"loading tokenizer from {folder / src.file}")
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=src.file)
-    log("dequantizing GGUF weights (about 20 s for SmolLM2-135M on 2 cores)")
+    log.info("dequantizing GGUF weights (about 20 s for SmolLM2-135M on 2 cores)")
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=src.file, dtype=torch.float32)
     # save_pretrained refuses GGUF-loaded models: copy the weights into a plain model of the same config.
     config = gguf_model.config
@@ -51,7 +50,7 @@ def _from_gguf(spec: Spec, out: Path) -> None:
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(gguf_model.state_dict())
-    log(f"writing safetensors checkpoint to {out}")
+    log.info(f"writing safetensors checkpoint to {out}")
     model.save_pretrained(out)
     tok.save_pretrained(out)
 
@@ -60,7 +59,7 @@ def _from_hf(spec: Spec, out: Path) -> None:
     src = resolve(spec.model.source.path)
     if not (src / "config.json").exists():
         raise FileNotFoundError(f"{src} is not a Hugging Face checkpoint (no config.json)")
-    log(f"copying {src} to {out}")
+    log.info(f"copying {src} to {out}")
     shutil.copytree(src, out, dirs_exist_ok=True)
 
 
@@ -77,7 +76,7 @@ def _random_llama(spec: Spec, out: Path) -> None:
         max_position_embeddings=max(4096, spec.engine.max_seq_len), tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
     )
-    log(f"initialising a random Llama ({src.num_layers} layers, hidden {src.hidden_size})")
+    log.info(f"initialising a random Llama ({src.num_layers} layers, hidden {src.hidden_size})")
     model = LlamaForCausalLM(config)
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -89,7 +88,7 @@ BUILDERS = {"gguf_package": _from_gguf, "hf_checkpoint": _from_hf, "random_llama
 def build_checkpoint(spec: Spec, force: bool = False) -> Path:
     out = spec.checkpoint_path()
     if is_built(out) and not force:
-        log(f"checkpoint {out} is up to date")
+        log.info(f"checkpoint {out} is up to date")
         return out
     started = time.time()
     tmp = out.with_name(out.name + ".partial")
@@ -99,5 +98,5 @@ def build_checkpoint(spec: Spec, force: bool = False) -> Path:
     (tmp / MARKER).write_text(json.dumps({"spec": spec.name, "source": spec.model.source.model_dump()}, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)  # atomic: a crash never leaves a half-written checkpoint in place
-    log(f"checkpoint ready at {out} ({time.time() - started:.1f} s)")
+    log.info(f"checkpoint ready at {out} ({time.time() - started:.1f} s)")
     return out

@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmserve.checkpoint import build_checkpoint  # noqa: E402
+from llmserve.logs import configure  # noqa: E402
 from llmserve.spec import ROOT, SpecError, load_spec  # noqa: E402
 
 
@@ -24,6 +25,7 @@ def main() -> int:
     ap.add_argument("--force", action="store_true", help="rebuild even if the output exists")
     ap.add_argument("--dry-run", action="store_true", help="tensorrtllm: print the commands, run nothing")
     args = ap.parse_args()
+    configure("info")  # the build's progress lines (llmserve.checkpoint, llmserve.trtllm.build)
     try:
         spec = load_spec(args.spec)
     except SpecError as e:

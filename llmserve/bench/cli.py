@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..logs import add_cli_options, configure_from_args
 from ..spec import load_spec
 from ..spec.deployment import Engine as EngineSection
 from . import report
@@ -54,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request counts as an error")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--label", default="", help="free text stored in results.json (machine, variant)")
+    add_cli_options(p)
     g = p.add_argument_group("engine target (in-process, no Triton)")
     g.add_argument("--engine-device", default=None, help="cpu|cuda|auto (default: the spec's)")
     g.add_argument("--engine-dtype", default=None)
@@ -170,5 +172,9 @@ async def main_async(args) -> dict:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    doc = asyncio.run(main_async(args))
+    configure_from_args(args)  # the results above are this CLI's output (stdout); logs go to stderr
+    try:
+        doc = asyncio.run(main_async(args))
+    except KeyboardInterrupt:
+        return 130
     return 1 if any(r["summary"]["errors"] for r in doc["runs"]) else 0

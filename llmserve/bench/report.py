@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from .runner import RunResult
 
 PCTS = (50, 90, 99)
+log = logging.getLogger(__name__)
 
 
 def _pct(values: list[float]) -> dict[str, float | None]:
@@ -98,7 +100,7 @@ def plot(out_dir: Path, runs: list[dict]) -> list[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plots")
+        log.warning("matplotlib is not installed: no plots")
         return []
     made = []
     series: dict[tuple[str, str], list[dict]] = {}
