@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -40,8 +41,7 @@ CONVERTED = "llmserve-convert.json"  # written last into the TensorRT-LLM checkp
 SUPPORTED = {"LlamaForCausalLM": "LLaMAForCausalLM", "MistralForCausalLM": "LLaMAForCausalLM"}
 
 
-def log(msg: str) -> None:
-    print(f"[build] {msg}", flush=True)
+log = logging.getLogger(__name__)
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def _manifest_matches(out: Path, build_sha: str) -> bool:
 
 
 def _run(cmd: list[str]) -> None:
-    log("$ " + shlex.join(cmd))
+    log.info("$ " + shlex.join(cmd))
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
@@ -208,7 +208,7 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
         return 0
 
     if _manifest_matches(out, build_sha) and not force:
-        log(f"engine {out} is up to date (same flags; --force rebuilds)")
+        log.info(f"engine {out} is up to date (same flags; --force rebuilds)")
         return 0
     version = trtllm_version()
     if version is None or shutil.which("trtllm-build") is None:
@@ -230,7 +230,7 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
         shutil.rmtree(tllm, ignore_errors=True)
         _run(cmds["convert"])
     else:
-        log(f"TensorRT-LLM checkpoint {tllm} is up to date")
+        log.info(f"TensorRT-LLM checkpoint {tllm} is up to date")
     shutil.rmtree(partial(out), ignore_errors=True)
     _run(cmds["build"])
     manifest = {
@@ -243,7 +243,7 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
     (partial(out) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     partial(out).rename(out)
-    log(f"engine ready at {out} (TensorRT-LLM {version}, {manifest['build_seconds']} s)")
+    log.info(f"engine ready at {out} (TensorRT-LLM {version}, {manifest['build_seconds']} s)")
     return 0
 
 
@@ -297,7 +297,7 @@ def convert(model_dir: Path, output_dir: Path, dtype: str, tp_size: int, pp_size
         model = model_cls.from_hugging_face(str(staged), dtype, mapping=mapping)
         model.save_checkpoint(str(output_dir), save_config=(rank == 0))
         del model
-        log(f"converted rank {rank + 1}/{world} in {time.time() - started:.1f} s")
+        log.info(f"converted rank {rank + 1}/{world} in {time.time() - started:.1f} s")
     shutil.rmtree(staged, ignore_errors=True)
     args = convert_args(model_dir, output_dir, dtype, tp_size, pp_size)
     (output_dir / CONVERTED).write_text(json.dumps({"sha256": _sha256(args), "args": args}, indent=2))
@@ -315,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--tp_size", type=int, default=1)
     c.add_argument("--pp_size", type=int, default=1)
     args = ap.parse_args(argv)
+    from ..logs import configure
+
+    configure("info")  # its progress lines: this runs as a child process of build_trtllm_engine
     try:
         convert(args.model_dir, args.output_dir, args.dtype, args.tp_size, args.pp_size)
     except (OSError, ValueError) as e:
