@@ -137,8 +137,10 @@ def configure(level: str | int = "info", json: bool = False, stream=None) -> log
 
 def add_cli_options(parser, *, level: Optional[str] = None) -> None:
     """--log-level and --log-format for a CLI (defaults: the spec's `logging:` section, see from_args)."""
-    parser.add_argument("--log-level", choices=LEVELS, default=level, help="default: the spec's logging.level, else info")
-    parser.add_argument("--log-format", choices=FORMATS, default=None, help="default: the spec's logging.format, else text")
+    parser.add_argument("--log-level", choices=LEVELS, default=level,
+                        help="default: the spec's logging.level, else info")
+    parser.add_argument("--log-format", choices=FORMATS, default=None,
+                        help="default: the spec's logging.format, else text")
 
 
 def configure_from_args(args, spec=None) -> logging.Handler:
