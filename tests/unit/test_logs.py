@@ -285,7 +285,7 @@ def fe():
 
 
 def _access(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "llmserve.openai_api.access"]
+    return [r for r in caplog.records if r.name == "llmserve.openai_api.access" and hasattr(r, "status")]
 
 
 def _wait_access(caplog, n):
@@ -343,3 +343,19 @@ def test_health_is_quiet_and_a_request_id_in_use_is_made_unique(fe, caplog):
     assert second.headers["x-request-id"].startswith("dup.") and fe.fake.request_ids[-1].startswith("dup.")
     lines = _wait_access(caplog, 2)
     assert all(r.path != "/health" for r in lines)
+
+
+def test_an_unexpected_error_is_logged_with_its_traceback_and_answered_500(fe, caplog):
+    caplog.set_level(logging.INFO, logger="llmserve")
+    fe.fake.error = KeyError("surprise")
+    try:
+        r = requests.post(fe.url + "/v1/completions", json={"model": "test-model", "prompt": "x", "max_tokens": 2},
+                          headers={"X-Request-Id": "oops-1"}, timeout=30)
+    finally:
+        fe.fake.error = None
+    assert r.status_code == 500 and r.headers["x-request-id"] == "oops-1"
+    assert r.json()["error"]["message"] == "internal error: KeyError"
+    (line,) = _wait_access(caplog, 1)
+    assert line.levelno == logging.WARNING and line.status == 500 and "surprise" in line.error
+    crash = [r for r in caplog.records if r.getMessage().startswith("unhandled error in POST /v1/completions")]
+    assert len(crash) == 1 and crash[0].exc_info[0] is KeyError
