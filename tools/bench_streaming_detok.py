@@ -2,7 +2,7 @@
 """Per-token cost of exact streaming on the tensorrtllm layout, at short and long outputs.
 
 TensorRT-LLM's backend streams one response per token with nothing before it. The relay
-(llmserve/trtllm/relay.py) turns each into a chunk with its context (output_context_ids) and
+(llmserve/pipeline/relay.py) turns each into a chunk with its context (output_context_ids) and
 postprocessing decodes it statelessly (pipeline/postprocess.py). This times, per token, in process
 (no Triton, no IPC), with the SmolLM2 tokenizer and a SentencePiece byte-fallback tokenizer, on mixed
 Latin / CJK / emoji text:

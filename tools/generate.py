@@ -23,7 +23,7 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="compare the committed model_repository/ with the spec")
     ap.add_argument("--standin", action="store_true",
                     help="engine.kind tensorrtllm: serve the C++ backend's model with the CI stand-in "
-                         "(llmserve/trtllm/standin.py); every other model exactly as for production")
+                         "(llmserve/pipeline/standin.py); every other model exactly as for production")
     args = ap.parse_args()
     try:
         spec = load_spec(args.spec)

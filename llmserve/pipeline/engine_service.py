@@ -1,5 +1,6 @@
 """What the tensorrt_llm (torch) model.py runs: builds the engine from the config parameters and
-turns engine callbacks into token-level output tensors. Triton-free: the adapter passes `send`."""
+turns engine callbacks into token-level output tensors (stream_output.TokenStream). Triton-free:
+the adapter passes `send`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..contract import CANCELLED_MESSAGE, CONTEXT_TOKENS, TIMEOUT_PREFIX
+from ..contract import CANCELLED_MESSAGE, TIMEOUT_PREFIX
 from ..engine.engine import Engine
 from ..engine.loader import load_model
 from ..engine.sequence import Sequence
@@ -16,6 +17,7 @@ from ..request.reader import Reader
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.tokenizer import load_fast
 from .options import EngineOptions
+from .stream_output import TokenStream
 
 # send(outputs or None, final, finish reason when the request failed or None, message or None)
 Send = Callable[["dict[str, np.ndarray] | None", bool, "FinishReason | None", "str | None"], None]
@@ -48,8 +50,7 @@ class EngineService:
         backlogged: True while an earlier response of this request still waits to be sent; streamed
         tokens are then held back and travel with the next response (coalescing by load: one
         response per stream per send, however fast the engine steps)."""
-        out: list[int] = []  # every token this request has output so far
-        cum = [0.0]
+        stream = TokenStream(req.prompt, req.exclude_input_in_output)
         held: tuple[list[int], list[float]] = ([], [])  # streamed tokens not yet sent (backlog)
 
         def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
@@ -67,20 +68,10 @@ class EngineService:
             if not finished and tokens and backlogged is not None and backlogged():
                 held[0].extend(tokens), held[1].extend(logprobs)
                 return None
-            prefix = req.prompt if (not out and not req.exclude_input_in_output) else []
-            if not tokens and not prefix and req.streaming and (out or not finished):
-                return send(None, True, None, None) if finished else None  # just close the stream
-            # (a stream that ends before any token still gets one, empty, text_output)
-            context = out[-CONTEXT_TOKENS:]
-            new = prefix + tokens
-            out.extend(new)
-            cum[0] += float(sum(logprobs))
-            send({"output_ids": np.array([[new]], dtype=np.int32),  # [batch=1, beam=1, n]
-                  "sequence_length": np.array([[len(new)]], dtype=np.int32),
-                  "cum_log_probs": np.array([[cum[0]]], dtype=np.float32),
-                  "output_log_probs": np.array([[[0.0] * len(prefix) + logprobs]], dtype=np.float32),
-                  "output_context_ids": np.array([[context]], dtype=np.int32)},
-                 finished, None, None)
+            outputs = stream.chunk(tokens, logprobs, finished)
+            if outputs is None:  # nothing new: close the stream if it ended
+                return send(None, True, None, None) if finished else None
+            send(outputs, finished, None, None)
 
         seq = Sequence(prompt=req.prompt, params=req.params, on_output=on_output, is_cancelled=is_cancelled,
                        streaming=req.streaming, key=key)

@@ -10,6 +10,8 @@ import typing
 from dataclasses import dataclass
 from typing import Callable
 
+from ..contract import BACKEND
+
 
 def parse_bool(value: str) -> bool:
     """Config parameters are strings; the generator writes booleans as "true"/"false"."""
@@ -60,14 +62,22 @@ class PreprocessOptions(ModelParams):
                    max_beam_width=1, trust_remote_code=spec.model.trust_remote_code)
 
 
+def cancellation_check_period_ms(spec) -> int:
+    """How often a model asks Triton whether a request was cancelled (an IPC round trip): the C++
+    backend's parameter of that name, one value for every model of the step (pipeline/cancellation.py)."""
+    return spec.engine.tensorrtllm.cancellation_check_period_ms
+
+
 @dataclass(frozen=True)
 class PostprocessOptions(ModelParams):
     tokenizer_dir: str
     skip_special_tokens: bool
+    cancellation_check_period_ms: int
 
     @classmethod
     def from_spec(cls, spec, tokenizer_dir: str) -> "PostprocessOptions":
-        return cls(tokenizer_dir=tokenizer_dir, skip_special_tokens=spec.tokenizer.skip_special_tokens)
+        return cls(tokenizer_dir=tokenizer_dir, skip_special_tokens=spec.tokenizer.skip_special_tokens,
+                   cancellation_check_period_ms=cancellation_check_period_ms(spec))
 
 
 @dataclass(frozen=True)
@@ -99,3 +109,24 @@ class EngineOptions(ModelParams):
                    exclude_input_in_output=spec.serving.exclude_input_in_output,
                    skip_special_tokens=spec.tokenizer.skip_special_tokens,
                    max_queue_size=e.queue.max_queue_size, request_timeout_s=spec.serving.request_timeout_s)
+
+
+@dataclass(frozen=True)
+class RelayOptions(ModelParams):
+    """The token relay's parameters (engine: tensorrtllm; pipeline/relay.py)."""
+
+    target_model: str
+    tokenizer_dir: str
+    skip_special_tokens: bool
+    max_input_len: int
+    max_output_len: int
+    exclude_input_in_output: bool
+    cancellation_check_period_ms: int
+
+    @classmethod
+    def from_spec(cls, spec, tokenizer_dir: str) -> "RelayOptions":
+        return cls(target_model=BACKEND, tokenizer_dir=tokenizer_dir,
+                   skip_special_tokens=spec.tokenizer.skip_special_tokens, max_input_len=spec.engine.max_input_len,
+                   max_output_len=spec.engine.max_output_len,
+                   exclude_input_in_output=spec.serving.exclude_input_in_output,
+                   cancellation_check_period_ms=cancellation_check_period_ms(spec))

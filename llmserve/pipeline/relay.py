@@ -16,61 +16,50 @@ torch engine's token-level contract:
   once; the prompt comes first unless exclude_input_in_output;
 - log probs passed through when the backend sends them (return_log_probs), never invented.
 
-Triton-free: the model.py adapter feeds backend responses in and sends what `RelayStream` returns."""
+`RelayStream` is one stream's state, Triton-free; `Relay` runs a request over BLS (a thread per request)
+with the Triton utils module passed in, so the model.py adapter only hands requests over."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..contract import BACKEND, CONTEXT_TOKENS
-from .options import ModelParams
+from ..errors import RequestError, is_request_error
+from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
+from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, send_stop
+from .options import RelayOptions
+from .stream_output import TokenStream
+from .triton_glue import error_response, reader, tensors
 
-if TYPE_CHECKING:  # the generator imports RelayOptions without torch
-    from ..request.token_request import EngineRequest
-
-
-@dataclass(frozen=True)
-class RelayOptions(ModelParams):
-    target_model: str
-    tokenizer_dir: str
-    skip_special_tokens: bool
-    max_input_len: int
-    max_output_len: int
-    exclude_input_in_output: bool
-
-    @classmethod
-    def from_spec(cls, spec, tokenizer_dir: str) -> "RelayOptions":
-        return cls(target_model=BACKEND, tokenizer_dir=tokenizer_dir,
-                   skip_special_tokens=spec.tokenizer.skip_special_tokens, max_input_len=spec.engine.max_input_len,
-                   max_output_len=spec.engine.max_output_len,
-                   exclude_input_in_output=spec.serving.exclude_input_in_output)
+log = logging.getLogger(__name__)
 
 # Inputs the relay does not forward: it always streams from the backend, matches stop words itself
 # and applies exclude_input_in_output itself.
 NOT_FORWARDED = ("streaming", "stop_words_list", "exclude_input_in_output", "stop")
+BACKEND_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
 
 
 @dataclass
 class RelayStream:
-    req: "EngineRequest"
+    req: EngineRequest
     tokenizer: object
     skip_special_tokens: bool = True
     generated: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     has_logprobs: bool = False
     released: int = 0  # generated tokens handed on
-    sent: list[int] = field(default_factory=list)  # every token handed on (prompt prefix included)
-    cum: float = 0.0
     stopped: bool = False  # a stop word matched: the backend request must be stopped
-    chunks: int = 0
 
     def __post_init__(self):
         words = self.req.params.stop_words
         self.matcher = StopMatcher(self.tokenizer, words, self.skip_special_tokens) if words else None
+        self.out = TokenStream(self.req.prompt, self.req.exclude_input_in_output)
 
     def push(self, tokens: list[int], logprobs: list[float] | None) -> dict[str, np.ndarray] | None:
         """One backend response. Returns the chunk to stream now (streaming requests), or None."""
@@ -96,28 +85,121 @@ class RelayStream:
         return self._release(len(self.generated), final=True)
 
     def _release(self, upto: int, final: bool) -> dict[str, np.ndarray] | None:
-        new = self.generated[self.released:upto]
-        lps = self.logprobs[self.released:upto]
-        prefix = self.req.prompt if (not self.sent and not self.req.exclude_input_in_output) else []
-        if not new and not prefix and not (final and self.chunks == 0):
-            return None  # nothing to say (a stream that ends before any token still gets one, empty, chunk)
-        context = self.sent[-CONTEXT_TOKENS:]
-        ids = prefix + new
-        self.sent.extend(ids)
+        chunk = self.out.chunk(self.generated[self.released:upto], self.logprobs[self.released:upto], final,
+                               with_logprobs=self.has_logprobs)
         self.released = upto
-        self.cum += sum(lps)
-        self.chunks += 1
-        out = {"output_ids": np.array(ids, dtype=np.int32).reshape(1, 1, len(ids)),
-               "sequence_length": np.array([[len(ids)]], dtype=np.int32),
-               "output_context_ids": np.array(context, dtype=np.int32).reshape(1, 1, len(context))}
-        if self.has_logprobs:
-            out["cum_log_probs"] = np.array([[self.cum]], dtype=np.float32)
-            all_lps = [0.0] * len(prefix) + lps
-            out["output_log_probs"] = np.array(all_lps, dtype=np.float32).reshape(1, 1, len(all_lps))
-        return out
+        return chunk
 
 
 def backend_tokens(output_ids: np.ndarray, sequence_length: np.ndarray) -> list[int]:
     """Beam 0 of one backend response: output_ids [1, beams, n], sequence_length [1, beams]."""
     n = int(np.asarray(sequence_length).reshape(-1)[0])
     return [int(t) for t in np.asarray(output_ids).reshape(-1)[:n]]
+
+
+class FinalResponse:
+    """A response sender for non-decoupled execution: keeps the final response of one request."""
+
+    def __init__(self, pb):
+        self.pb, self.last, self.response = pb, None, None
+
+    def send(self, response=None, flags=0):
+        if response is not None:
+            self.last = response
+        if flags & self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.response = self.last or self.pb.InferenceResponse(output_tensors=[])
+
+
+class Relay:
+    """The tensorrt_llm model of the tensorrtllm layout. Each request is served start to end on a
+    thread of its own: it iterates the backend's decoupled BLS responses (its own unique request id,
+    so a client's id can be reused) and sends what its RelayStream returns. A `stop` request with the
+    client's id is forwarded to the backend requests that carry that id. `pb`:
+    triton_python_backend_utils."""
+
+    def __init__(self, pb, opts: RelayOptions, tokenizer, decoupled: bool, clock=time.monotonic):
+        self.pb, self.opts, self.tok, self.decoupled, self.clock = pb, opts, tokenizer, decoupled, clock
+        self.target = opts.target_model
+        self.inner = CancelRegistry()  # client's request id -> stops of its backend requests
+
+    def execute(self, requests):
+        """Decoupled: hand each request to its thread and return None. Otherwise (serving.streaming:
+        false): wait for every request of the batch and return their final responses."""
+        if self.decoupled:
+            for request in requests:
+                threading.Thread(target=self.serve, args=(request, request.get_response_sender()), daemon=True).start()
+            return None
+        senders = [FinalResponse(self.pb) for _ in requests]
+        threads = [threading.Thread(target=self.serve, args=(r, s)) for r, s in zip(requests, senders)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [s.response for s in senders]
+
+    def serve(self, request, sender) -> None:
+        pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        read = reader(pb, request)
+        outer = request.request_id()
+        stop = read("stop")
+        if stop is not None and bool(stop.reshape(-1)[0]):
+            return self._forward_stop(outer, sender)
+        try:
+            req = parse_engine_request(
+                read, vocab_size=self.tok.get_vocab_size(), default_end_ids=(),
+                max_input_len=self.opts.max_input_len, max_output_len=self.opts.max_output_len,
+                exclude_default=self.opts.exclude_input_in_output,
+                decode_word=lambda ids: self.tok.decode(ids, skip_special_tokens=False))
+        except RequestError as e:
+            return sender.send(error_response(pb, e), flags=final)
+        if not self.decoupled:
+            req.streaming = False  # one answer per request (serving.streaming: false)
+        inner_id = f"{outer or 'relay'}:{uuid.uuid4().hex}"
+        with self.inner.registered(outer, lambda: send_stop(pb, self.target, inner_id)):
+            self._relay(request, req, inner_id, sender)
+
+    def _relay(self, request, req: EngineRequest, inner_id: str, sender) -> None:
+        pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        # Only the outputs the client asked for: an unrequested tensor handed to a decoupled sender
+        # kills a Python 3.12 stub (triton_glue.tensors).
+        wanted = set(request.requested_output_names())
+        inputs = [t for t in request.inputs() if t.name() not in NOT_FORWARDED]
+        inputs.append(pb.Tensor("streaming", np.array([[True]], dtype=np.bool_)))
+        stream = RelayStream(req, self.tok, self.opts.skip_special_tokens)
+        # The client went away: only seen when the relay is the top-level request (a direct gRPC client
+        # of tensorrt_llm); through the ensemble, postprocessing's stop arrives instead.
+        polls = PollThrottle.from_ms(self.opts.cancellation_check_period_ms, clock=self.clock)
+        polls.start()
+        responses = pb.InferenceRequest(model_name=self.target, inputs=inputs, requested_output_names=BACKEND_OUTPUTS,
+                                        request_id=inner_id).exec(decoupled=True)
+        for response in responses:
+            if response.has_error():
+                return sender.send(self._error(response.error().message()), flags=final)
+            ids = pb.get_output_tensor_by_name(response, "output_ids")
+            if ids is None:
+                continue  # the backend's empty final response
+            lengths = pb.get_output_tensor_by_name(response, "sequence_length").as_numpy()
+            lp = pb.get_output_tensor_by_name(response, "output_log_probs")
+            tokens = backend_tokens(ids.as_numpy(), lengths)
+            chunk = stream.push(tokens, None if lp is None else lp.as_numpy().reshape(-1)[: len(tokens)].tolist())
+            if chunk is not None:
+                sender.send(pb.InferenceResponse(output_tensors=tensors(pb, chunk, wanted)))
+            if stream.stopped or (hasattr(sender, "is_cancelled") and polls.due() and sender.is_cancelled()):
+                send_stop(pb, self.target, inner_id)
+                break  # the rest of the stream (if any) is dropped with the iterator
+        chunk = stream.finish()
+        if chunk is None:
+            return sender.send(flags=final)
+        sender.send(pb.InferenceResponse(output_tensors=tensors(pb, chunk, wanted)), flags=final)
+
+    def _error(self, message: str):
+        """A backend error, as it comes back over BLS (always INTERNAL): a client error is restored."""
+        E = self.pb.TritonError
+        return self.pb.InferenceResponse(error=E(message, E.INVALID_ARG if is_request_error(message) else E.INTERNAL))
+
+    def _forward_stop(self, outer: str, sender) -> None:
+        pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if not outer:
+            return sender.send(pb.InferenceResponse(error=pb.TritonError(NO_REQUEST_ID)), flags=final)
+        self.inner.stop(outer)
+        sender.send(flags=final)

@@ -12,23 +12,30 @@ interface (trtllm/upstream.py, model_instance_state.cc / utils.cc of TensorRT-LL
   cum_log_probs / output_log_probs only when the request sets return_log_probs; no output_context_ids;
 - stop and bad words at the token level (each word's ids as a sequence); a stop word ends the request
   with its tokens in the output;
-- the `stop` input cancels every request with the same Triton request id;
+- the `stop` input cancels every request with the same Triton request id (pipeline/cancellation.py);
 - the backend's checks and messages for bad input (all TRITONSERVER_ERROR_INTERNAL).
 
 Generation itself is llmserve's torch engine (in-flight batching), so the numbers are the torch
-engine's, not TensorRT-LLM's. Triton-free: the model.py adapter passes tensors in and `send` out."""
+engine's, not TensorRT-LLM's. Triton-free: the model.py adapter passes tensors in and `send` out
+(triton_glue.StreamSender); `StandinStream` turns the engine's callbacks into the backend's responses."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from ..engine.sampling import SamplingParams
+from ..engine.sequence import Sequence
+from ..finish import FinishReason
 from ..request.word_lists import from_word_list
 from ..trtllm import upstream as U
+from .cancellation import CancelRegistry
+from .engine_service import EngineService, Send
+from .options import EngineOptions
+from .stream_output import token_outputs
 
 STANDIN_PREFIX = U.STANDIN_PREFIX
 
@@ -189,41 +196,97 @@ def ends_with_stop_word(generated: list[int], stop_words: list[list[int]]) -> bo
     return any(len(generated) >= len(w) and generated[-len(w):] == w for w in stop_words)
 
 
-def outputs(tokens: list[int], logprobs: list[float] | None, cum: float | None) -> dict[str, np.ndarray]:
-    """One response's tensors, shaped as fillTritonResponse shapes them (leading batch dim 1, one beam)."""
-    out = {"output_ids": np.array([[tokens]], dtype=np.int32).reshape(1, 1, len(tokens)),
-           "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
-    if logprobs is not None:
-        out["cum_log_probs"] = np.array([[cum]], dtype=np.float32)
-        out["output_log_probs"] = np.array([[logprobs]], dtype=np.float32).reshape(1, 1, len(logprobs))
-    return out
+class StandinStream:
+    """One request's responses, as the C++ backend sends them: one per new token when streaming (the
+    last carries FINAL, or an empty final follows when the stream ends without a new token), else one
+    with the whole output. Stop words end the request with their tokens in the output. `cancel()` is the
+    `stop` input (or a stop word): the engine frees the slot at its next step and the request ends with
+    what it has (an empty final when streaming), not with a CANCELLED error."""
+
+    def __init__(self, req: BackendRequest, send: Send, on_done: Callable[[], object] = lambda: None):
+        self.req, self.send, self.on_done = req, send, on_done
+        self.lock = threading.Lock()
+        self.done = self.stopped = False
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.cum = 0.0
+
+    def cancel(self) -> None:
+        self.stopped = True
+
+    def on_output(self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
+                  reason: FinishReason | None) -> None:
+        with self.lock:
+            if self.done:
+                return
+            if reason is FinishReason.CANCELLED and not self.stopped:
+                return self._finish(None, FinishReason.CANCELLED, "Request was cancelled")
+            if reason in (FinishReason.ERROR, FinishReason.TIMEOUT):  # the backend answers INTERNAL
+                return self._finish(None, FinishReason.ERROR, f"Executor failed process requestId {seq.id} due to "
+                                                              f"the following error: {seq.error or reason.value}")
+            want = self.req.return_log_probs
+            for i, (tok, lp) in enumerate(zip(tokens, logprobs)):
+                self.tokens.append(tok)
+                self.logprobs.append(lp)
+                self.cum += lp
+                hit = ends_with_stop_word(self.tokens, self.req.stop_words)
+                if self.req.streaming:
+                    out = token_outputs([tok], [lp] if want else None, self.cum)
+                    if hit or (finished and i == len(tokens) - 1):
+                        if hit:
+                            self.cancel()
+                        return self._finish(out)
+                    self.send(out, False, None, None)
+                elif hit:
+                    self.cancel()
+                    return self._finish(self._whole())
+            if finished:
+                # Streaming: ended on the end token (or was stopped) with no new token to carry the
+                # flag: an empty final response, as the backend sends.
+                return self._finish(None if self.req.streaming else self._whole())
+
+    def _whole(self) -> dict[str, np.ndarray]:
+        prefix = [] if self.req.exclude_input_in_output else self.req.prompt
+        lps = [0.0] * len(prefix) + self.logprobs
+        return token_outputs(prefix + self.tokens, lps if self.req.return_log_probs else None, self.cum)
+
+    def _finish(self, outputs, failure: FinishReason | None = None, message: str | None = None) -> None:
+        self.done = True
+        self.on_done()
+        self.send(outputs, True, failure, message)
 
 
-@dataclass
-class ActiveRequests:
-    """Triton request id -> the cancel hooks of its requests (handleStopRequest)."""
-    _by_id: dict[str, set] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+class Standin:
+    """The stand-in model: loads as the C++ backend would (`params`: its config parameters), serves
+    requests on llmserve's torch engine, and cancels by Triton request id."""
 
-    def add(self, triton_id: str, cancel) -> None:
-        if triton_id:
-            with self._lock:
-                self._by_id.setdefault(triton_id, set()).add(cancel)
+    def __init__(self, params: dict[str, str], resolve: Callable[[str], str], decoupled: bool):
+        self.backend = read_parameters(params)  # fails the load as the C++ backend would
+        self.decoupled = decoupled
+        self.service = EngineService(EngineOptions.from_params(self.backend.standin, resolve))
+        self.engine = self.service.engine
+        self.active = CancelRegistry()
 
-    def remove(self, triton_id: str, cancel) -> None:
-        with self._lock:
-            hooks = self._by_id.get(triton_id)
-            if hooks is not None:
-                hooks.discard(cancel)
-                if not hooks:
-                    del self._by_id[triton_id]
+    def parse(self, read: Reader) -> BackendRequest:
+        opts, model = self.service.opts, self.service.model.cfg
+        return parse_request(
+            read, decoupled=self.decoupled, exclude_default=self.backend.exclude_input_in_output,
+            max_input_len=opts.max_input_len, max_seq_len=opts.max_input_len + opts.max_output_len,
+            vocab_size=model.vocab_size, max_beam_width=self.backend.max_beam_width,
+            default_end_ids=tuple(model.eos_token_ids))
 
     def stop(self, triton_id: str) -> None:
-        """`stop` = true: cancel every request with this id; an unknown id is not an error (it may have
-        finished already)."""
-        if not triton_id:
-            raise BackendError("Trying to stop a request but request ID is not provided")
-        with self._lock:
-            hooks = list(self._by_id.get(triton_id, ()))
-        for cancel in hooks:
-            cancel()
+        """`stop` = true: cancel every request with this id; an unknown id is not an error (it may
+        have finished already), a missing one is (the backend's message)."""
+        self.active.stop(triton_id)
+
+    def submit(self, req: BackendRequest, send: Send, is_cancelled: Callable[[], bool], triton_id: str) -> None:
+        stream = StandinStream(req, send, on_done=lambda: self.active.remove(triton_id, stream.cancel))
+        self.active.add(triton_id, stream.cancel)
+        # Always streamed inside: stop words are matched token by token, as the executor does. The
+        # engine throttles is_cancelled() itself (one poll of every request per period).
+        self.engine.submit(Sequence(prompt=req.prompt, params=req.params, on_output=stream.on_output, streaming=True,
+                                    is_cancelled=lambda: stream.stopped or is_cancelled()))
+
+    def shutdown(self) -> None:
+        self.service.shutdown()

@@ -11,9 +11,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import contract as C
 from ..pbtxt import dynamic_batching, io, params, rel
-from ..pipeline.options import EngineOptions, PostprocessOptions, PreprocessOptions
+from ..pipeline.options import EngineOptions, PostprocessOptions, PreprocessOptions, RelayOptions
 from ..spec import Spec
-from ..pipeline.relay import RelayOptions
 from ..trtllm.upstream import STANDIN_PREFIX
 
 MODEL_SOURCES = Path(__file__).resolve().parents[1] / "triton_models"
@@ -49,7 +48,7 @@ def preprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
 
 def postprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     """One instance: no dynamic batching, so a step of a cancelled ensemble request reaches
-    execute() and can stop its generation (pipeline/cancel_relay.py); one instance runs the chunks
+    execute() and can stop its generation (pipeline/cancellation.py); one instance runs the chunks
     of a stream in order by itself. Several instances need dynamic batching with preserve_ordering
     for that order, and then Triton 2.51 drops a cancelled step before execute: the generation runs
     on until it ends or serving.request_timeout_s."""
@@ -74,7 +73,7 @@ def torch_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
 
 def relay(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     """tensorrtllm layout: `tensorrt_llm` is the token relay in front of the C++ backend model
-    (trtllm/relay.py); same token-level contract as the torch engine, plus the `stop` input. One
+    (pipeline/relay.py); same token-level contract as the torch engine, plus the `stop` input. One
     instance: it only moves tensors, a thread per request."""
     opts = RelayOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     # No reshape: the relay forwards tensors as it receives them, with the batch dimension.
@@ -85,7 +84,7 @@ def relay(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
 
 def standin(backend_cfg: mc.ModelConfig, spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     """CI: the C++ backend's config as generated for production, served by the Python stand-in
-    (trtllm/standin.py): only `backend` changes, and parameters for the torch engine underneath are
+    (pipeline/standin.py): only `backend` changes, and parameters for the torch engine underneath are
     added under their own prefix (the C++ backend would ignore them)."""
     cfg = mc.ModelConfig()
     cfg.CopyFrom(backend_cfg)

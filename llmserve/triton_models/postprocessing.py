@@ -17,7 +17,8 @@ class TritonPythonModel:
         repo = args["model_repository"]
         opts = PostprocessOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo))
         self.detok = Detokenizer(load_fast(opts.tokenizer_dir), skip_special_tokens=opts.skip_special_tokens)
-        self.cancel = CancelRelay(pb_utils)  # a cancelled ensemble request stops its generation
+        # A cancelled ensemble request stops its generation; is_cancelled() asked once per period per request.
+        self.cancel = CancelRelay(pb_utils, opts.cancellation_check_period_ms / 1000)
 
     def execute(self, requests):
         responses = [None] * len(requests)

@@ -136,7 +136,7 @@ def _metric(server, name: str) -> float:
 
 def test_cancel_through_the_ensemble_stops_the_backend(trtllm_server):
     """A client that cancels its gRPC stream: postprocessing sees the cancel and sends `stop` with the
-    request id to tensorrt_llm (pipeline/cancel_relay.py); the relay forwards it to the backend's
+    request id to tensorrt_llm (pipeline/cancellation.py); the relay forwards it to the backend's
     request. The backend's slot is free long before the generation would have ended."""
     from .client import grpc_inputs
 

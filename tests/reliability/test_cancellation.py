@@ -2,7 +2,7 @@
 slot: llmserve_requests_running drops and llmserve_requests_cancelled_total moves (the timed-out
 counter does not), on Triton 2.51, both on `tensorrt_llm` directly and through the `ensemble`.
 
-Through the ensemble it takes a relay (pipeline/cancel_relay.py): Triton 2.51 never flags the running
+Through the ensemble it takes a relay (pipeline/cancellation.py): Triton 2.51 never flags the running
 tensorrt_llm step (server#6739), but the next postprocessing step sees the cancel and sends
 tensorrt_llm a `stop` with the same request id, so these requests carry an id.
 

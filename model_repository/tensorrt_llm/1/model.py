@@ -5,7 +5,7 @@ send threads (pipeline/triton_glue.SendQueue), so no step waits for an IPC round
 request is handled on its own: one that fails (a bad input, a full queue, anything unexpected)
 gets its own error and never fails its batch neighbours. A request with `stop` true cancels the
 requests that carry its request id (upstream's cancel-by-id; postprocessing sends it when the
-ensemble request was cancelled). The engine's health drives the server's: see
+ensemble request was cancelled, pipeline/cancellation.py). The engine's health drives the server's: see
 llmserve/pipeline/health.py."""
 
 import json

@@ -1,15 +1,22 @@
-"""The token relay of the tensorrtllm layout (trtllm/relay.py), fed the way TensorRT-LLM's backend
+"""The token relay of the tensorrtllm layout (pipeline/relay.py), fed the way TensorRT-LLM's backend
 streams: one response per new token, nothing before it. What comes out must let the stateless
-postprocessing produce exactly the non-streamed text, and stop words must work on text."""
+postprocessing produce exactly the non-streamed text, and stop words must work on text. Then `Relay`
+over a fake Triton: requested outputs only, stop forwarding, the cancellation poll, error codes."""
 
+import numpy as np
 import pytest
+from tokenizers import Tokenizer, models
 
 from llmserve.engine.sampling import SamplingParams
+from llmserve.pipeline.cancellation import NO_REQUEST_ID
+from llmserve.pipeline.options import RelayOptions
 from llmserve.pipeline.postprocess import postprocess
+from llmserve.pipeline.relay import Relay, RelayStream
 from llmserve.request.token_request import EngineRequest
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast
-from llmserve.pipeline.relay import RelayStream
+
+from .fake_pb import FINAL, FakePb, InferenceResponse, Request, Sender, Tensor, TritonError, outputs_of
 
 TEXT = "The quick brown fox 你好，世界 🎉👩‍👩‍👧 jumps over the lazy dog. Écris en français."
 
@@ -110,3 +117,123 @@ def test_postprocessing_answers_log_probs_even_when_absent(smollm2_dir):
     out = postprocess(Detokenizer(tok), chunk.finish().get)
     assert out["cum_log_probs"].shape == (1, 1) and out["output_log_probs"].shape == (1, 1, len(ids))
     assert out["text_output"][0, 0].decode() == "hello world"
+
+
+# --- Relay: one request over BLS, with a fake Triton ----------------------------------------------------
+
+GENERATED = [40, 41, 42, 43, 44, 45]
+
+
+class Backend:
+    """tensorrt_llm_cpp as the relay sees it: one response per token, then the empty final one.
+    `between(i)` runs before token i is answered (the stream is lazy, like Triton's)."""
+
+    def __init__(self, between=lambda i: None, error=None):
+        self.between, self.error, self.stops = between, error, []
+
+    def __call__(self, bls):
+        if bls.input("stop") is not None:
+            self.stops.append(bls.request_id)
+            return [InferenceResponse()]
+        return self._stream(bls)
+
+    def _stream(self, bls):
+        if self.error:
+            yield InferenceResponse(error=TritonError(self.error))
+            return
+        for i, tok in enumerate(GENERATED):
+            self.between(i)
+            yield InferenceResponse([Tensor("output_ids", [[[tok]]]), Tensor("sequence_length", [[1]])])
+        yield InferenceResponse()
+
+
+def relay_for(pb, decoupled=True, clock=None):
+    opts = RelayOptions(target_model="backend", tokenizer_dir="", skip_special_tokens=True, max_input_len=64,
+                        max_output_len=64, exclude_input_in_output=True, cancellation_check_period_ms=250)
+    kw = {"clock": clock} if clock else {}
+    return Relay(pb, opts, _tok(), decoupled, **kw)
+
+
+def _tok():
+    return Tokenizer(models.WordLevel({f"t{i}": i for i in range(100)}, unk_token="t0"))
+
+
+def generation(request_id="r1", wanted=(), sender=None, **extra):
+    inputs = {"input_ids": np.array([[1, 2, 3]], np.int32), "input_lengths": np.array([[3]], np.int32),
+              "request_output_len": np.array([[8]], np.int32), "streaming": np.array([[True]]), **extra}
+    return Request(inputs, request_id=request_id, wanted=wanted, sender=sender)
+
+
+def test_relay_sends_only_the_requested_outputs():
+    """A direct token-level client asking for two outputs must never be handed the others: a Python
+    3.12 stub dies on unrequested tensors (triton_glue.tensors)."""
+    backend = Backend()
+    pb = FakePb({"backend": backend})
+    request = generation(wanted=["output_ids", "sequence_length"])
+    relay_for(pb).serve(request, request.sender)
+    *chunks, last = request.sender.sent
+    assert [t for r, _ in chunks for t in outputs_of(r)["output_ids"].reshape(-1).tolist()] == GENERATED
+    assert all(r.names() == ["output_ids", "sequence_length"] and f == 0 for r, f in chunks)
+    assert last == (None, FINAL)  # everything was streamed: an empty final closes the stream
+    (call,) = pb.calls
+    assert call.request_id.startswith("r1:") and call.input("streaming").tolist() == [[True]]
+    everything = generation(wanted=[])  # no names: every output, output_context_ids included
+    relay_for(pb).serve(everything, everything.sender)
+    assert "output_context_ids" in everything.sender.sent[0][0].names()
+
+
+def test_a_stop_is_forwarded_to_the_backend_requests_of_that_id():
+    pb = FakePb()
+    relay = relay_for(pb)
+    stopper = Request({"input_ids": np.zeros((1, 1), np.int32), "stop": np.array([[True]])}, request_id="r1")
+    backend = Backend(between=lambda i: i == 2 and relay.serve(stopper, stopper.sender))
+    pb.models["backend"] = backend
+    request = generation()
+    relay.serve(request, request.sender)
+    (inner,) = [c.request_id for c in pb.calls if c.input("stop") is None]
+    assert backend.stops == [inner]
+    assert stopper.sender.sent == [(None, FINAL)]  # the empty final answer of a stop
+    assert len(relay.inner) == 0  # the ended request is forgotten
+
+
+def test_a_stop_without_request_id_is_the_backends_error():
+    pb = FakePb({"backend": Backend()})
+    stopper = Request({"stop": np.array([[True]])})
+    relay_for(pb).serve(stopper, stopper.sender)
+    ((response, flags),) = stopper.sender.sent
+    assert response.error().message() == NO_REQUEST_ID and flags == FINAL
+
+
+def test_client_cancellation_is_polled_once_per_period():
+    clock = [0.0]
+
+    def tick(i):
+        clock[0] += 0.125  # two backend responses per 250 ms period
+
+    pb = FakePb({"backend": Backend(between=tick)})
+    request = generation(sender=Sender())
+    relay_for(pb, clock=lambda: clock[0]).serve(request, request.sender)
+    assert request.sender.polls == 3  # 6 responses over 0.75 s: at 0.25, 0.5 and 0.75 s, never at the start
+
+    backend = Backend(between=tick)
+    pb = FakePb({"backend": backend})
+    request = generation(sender=Sender(cancelled=lambda: True))
+    relay_for(pb, clock=lambda: clock[0]).serve(request, request.sender)
+    assert len(backend.stops) == 1 and request.sender.sent[-1][1] == FINAL
+    assert len(request.sender.sent) == 3  # two tokens, then the stop and the empty final
+
+
+def test_backend_errors_keep_their_meaning():
+    for message, code in (("invalid end_id: out of range", "INVALID_ARG"), ("CUDA out of memory", "INTERNAL")):
+        request = generation()
+        relay_for(FakePb({"backend": Backend(error=message)})).serve(request, request.sender)
+        ((response, flags),) = request.sender.sent
+        assert (response.error().message(), response.error().code, flags) == (message, code, FINAL)
+
+
+def test_unary_execution_answers_each_request_once():
+    pb = FakePb({"backend": Backend()})
+    include_prompt = generation("b", exclude_input_in_output=np.array([[False]]))
+    responses = relay_for(pb, decoupled=False).execute([generation("a"), include_prompt])
+    assert outputs_of(responses[0])["output_ids"].reshape(-1).tolist() == GENERATED
+    assert outputs_of(responses[1])["output_ids"].reshape(-1).tolist() == [1, 2, 3] + GENERATED

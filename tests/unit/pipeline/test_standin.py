@@ -1,12 +1,18 @@
-"""The CI stand-in for the C++ backend (trtllm/standin.py): the production config with only the
-backend swapped, the backend's load checks, request checks and messages, and its output shapes."""
+"""The CI stand-in for the C++ backend (pipeline/standin.py): the production config with only the
+backend swapped, the backend's load checks, request checks and messages, its output shapes, and how
+StandinStream answers what the engine reports."""
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from llmserve import contract as C
+from llmserve.finish import FinishReason
 from llmserve.repository.writer import repository
 from llmserve.pipeline import standin as S
+from llmserve.pipeline.cancellation import CancelRegistry
+from llmserve.pipeline.stream_output import token_outputs
 from llmserve.trtllm import upstream as U
 
 from ..trtllm.test_config import make_spec, params
@@ -94,18 +100,93 @@ def test_stop_words_are_token_sequences():
 
 
 def test_log_probs_only_when_asked():
-    assert set(S.outputs([1, 2], None, None)) == {"output_ids", "sequence_length"}
-    out = S.outputs([1, 2], [-0.1, -0.2], -0.3)
+    assert set(token_outputs([1, 2])) == {"output_ids", "sequence_length"}
+    out = token_outputs([1, 2], [-0.1, -0.2], -0.3)
     assert out["output_ids"].shape == (1, 1, 2) and out["sequence_length"].tolist() == [[2]]
     assert out["output_log_probs"].shape == (1, 1, 2) and out["cum_log_probs"].shape == (1, 1)
 
 
 def test_stop_by_request_id():
-    active, stopped = S.ActiveRequests(), []
+    active, stopped = CancelRegistry(), []
     active.add("r1", lambda: stopped.append("a"))
     active.add("r1", lambda: stopped.append("b"))
     active.stop("r1")
     active.stop("unknown")  # finished already: not an error
     assert sorted(stopped) == ["a", "b"]
-    with pytest.raises(S.BackendError, match="Trying to stop a request but request ID is not provided"):
+    with pytest.raises(ValueError, match="Trying to stop a request but request ID is not provided"):
         active.stop("")
+
+
+# --- StandinStream: the engine's callbacks as the backend's responses ------------------------------------
+
+def backend_request(streaming=True, stop_words=(), exclude=True, log_probs=False):
+    read = reader(**{**BASE, "request_output_len": [4], "streaming": [streaming], "return_log_probs": [log_probs],
+                     "exclude_input_in_output": [exclude]})
+    req = parse(read)
+    req.stop_words = [list(w) for w in stop_words]
+    return req
+
+
+class Sent:
+    def __init__(self):
+        self.responses, self.done = [], 0
+
+    def __call__(self, outputs, final, failure=None, message=None):
+        self.responses.append((None if outputs is None else outputs["output_ids"].reshape(-1).tolist(), final,
+                               failure, message))
+
+
+SEQ = SimpleNamespace(id=7, error=None)
+
+
+def run(stream, steps):
+    for tokens, finished, reason in steps:
+        stream.on_output(SEQ, tokens, [-0.5] * len(tokens), finished, reason)
+
+
+def test_streaming_one_response_per_token_the_last_one_final():
+    sent = Sent()
+    stream = S.StandinStream(backend_request(), sent, on_done=lambda: setattr(sent, "done", sent.done + 1))
+    run(stream, [([8], False, None), ([9, 10], True, FinishReason.LENGTH), ([11], True, None)])
+    assert sent.responses == [([8], False, None, None), ([9], False, None, None), ([10], True, None, None)]
+    assert sent.done == 1  # unregistered once; nothing after the final
+
+
+def test_end_token_without_new_token_is_an_empty_final_and_whole_answers_include_the_prompt():
+    sent = Sent()
+    run(S.StandinStream(backend_request(), sent), [([8], False, None), ([], True, FinishReason.STOP)])
+    assert sent.responses[-1] == (None, True, None, None)
+    sent = Sent()
+    run(S.StandinStream(backend_request(streaming=False, exclude=False), sent), [([8, 9], True, FinishReason.LENGTH)])
+    assert sent.responses == [([5, 6, 7, 8, 9], True, None, None)]
+
+
+def test_a_stop_word_ends_the_request_with_its_tokens_and_stops_the_engine():
+    for streaming in (True, False):
+        sent = Sent()
+        stream = S.StandinStream(backend_request(streaming=streaming, stop_words=[[9, 10]]), sent)
+        run(stream, [([8, 9, 10, 11], False, None), ([12], True, FinishReason.LENGTH)])
+        assert stream.stopped and sent.responses[-1][:2] == ([10] if streaming else [8, 9, 10], True)
+        assert len(sent.responses) == (3 if streaming else 1)
+
+
+def test_cancellation_and_failures_get_the_backends_answers():
+    sent = Sent()
+    run(S.StandinStream(backend_request(), sent), [([], True, FinishReason.CANCELLED)])
+    assert sent.responses == [(None, True, FinishReason.CANCELLED, "Request was cancelled")]
+    sent = Sent()
+    stream = S.StandinStream(backend_request(), sent)
+    stream.cancel()  # a `stop` request: the request ends normally, not with CANCELLED
+    run(stream, [([], True, FinishReason.CANCELLED)])
+    assert sent.responses == [(None, True, None, None)]
+    sent = Sent()
+    run(S.StandinStream(backend_request(), sent), [([], True, FinishReason.TIMEOUT)])
+    ((_, final, failure, message),) = sent.responses
+    assert failure is FinishReason.ERROR and message.startswith("Executor failed process requestId 7")
+
+
+def test_log_probs_only_when_the_request_asks():
+    got = []
+    stream = S.StandinStream(backend_request(log_probs=True), lambda out, *_: got.append(out))
+    run(stream, [([8, 9], True, FinishReason.LENGTH)])
+    assert [float(o["cum_log_probs"][0, 0]) for o in got] == [-0.5, -1.0] and "output_context_ids" not in got[0]
