@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..contract import ENGINE
+from ..contract import CANCELLED_MESSAGE, ENGINE
 
 log = logging.getLogger(__name__)
 
@@ -183,4 +183,4 @@ class CancelRelay:
 
     def cancelled_response(self):
         pb = self.pb
-        return pb.InferenceResponse(error=pb.TritonError("cancelled", pb.TritonError.CANCELLED))
+        return pb.InferenceResponse(error=pb.TritonError(CANCELLED_MESSAGE, pb.TritonError.CANCELLED))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import RequestError, is_request_error
+from ..errors import RequestError, triton_error
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
 from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, send_stop
@@ -193,9 +193,10 @@ class Relay:
         sender.send(pb.InferenceResponse(output_tensors=tensors(pb, chunk, wanted)), flags=final)
 
     def _error(self, message: str):
-        """A backend error, as it comes back over BLS (always INTERNAL): a client error is restored."""
-        E = self.pb.TritonError
-        return self.pb.InferenceResponse(error=E(message, E.INVALID_ARG if is_request_error(message) else E.INTERNAL))
+        """A backend error, as it comes back over BLS (always INTERNAL): its code restored from its kind
+        (errors.classify: a client error INVALID_ARG, busy / unavailable / timeout UNAVAILABLE, a cancel
+        CANCELLED)."""
+        return self.pb.InferenceResponse(error=triton_error(self.pb, message))
 
     def _forward_stop(self, outer: str, sender) -> None:
         pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL

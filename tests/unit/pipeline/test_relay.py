@@ -224,7 +224,9 @@ def test_client_cancellation_is_polled_once_per_period():
 
 
 def test_backend_errors_keep_their_meaning():
-    for message, code in (("invalid end_id: out of range", "INVALID_ARG"), ("CUDA out of memory", "INTERNAL")):
+    """BLS hands every error back as INTERNAL: the relay restores the code from the message's kind."""
+    for message, code in (("invalid end_id: out of range", "INVALID_ARG"), ("CUDA out of memory", "INTERNAL"),
+                          ("Exceeds maximum queue size", "UNAVAILABLE"), ("Request was cancelled", "CANCELLED")):
         request = generation()
         relay_for(FakePb({"backend": Backend(error=message)})).serve(request, request.sender)
         ((response, flags),) = request.sender.sent
