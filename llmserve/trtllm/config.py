@@ -1,5 +1,5 @@
 """The model for Triton's C++ TensorRT-LLM backend (engine.kind = tensorrtllm), `tensorrt_llm_cpp`,
-behind the token relay `tensorrt_llm` (pipeline/relay.py).
+behind the token relay `tensorrt_llm` (docs/tensorrtllm.md).
 
 The token-level contract of the torch engine (contract.BACKEND_INPUTS / BACKEND_OUTPUTS: no
 output_context_ids, plus the backend's `stop` input). Every config is checked against what the

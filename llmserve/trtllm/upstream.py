@@ -144,7 +144,7 @@ OURS = ("llmserve_",)
 """Prefix of llmserve's own parameters: unknown keys are ignored by the backend, read by our launcher
 (llmserve_orchestrator_mode) or by the CI stand-in (STANDIN_PREFIX)."""
 STANDIN_PREFIX = "llmserve_standin_"
-"""Parameters the CI stand-in adds for the torch engine underneath (pipeline/standin.py)."""
+"""Parameters the CI stand-in adds for the torch engine underneath (docs/tensorrtllm.md)."""
 
 # Other parts of the model config the backend reads (model_state.cc LoadParameters, model_instance_state.cc).
 MODEL_CONFIG_READS = {
