@@ -12,7 +12,13 @@ from llmserve.deploy.tritonserver import TritonProcess, free_ports  # noqa: F401
 from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
 
+from .durations import describe
+
 ADMIN_KEY = "llmserve-tests"
+
+
+def pytest_report_header(config):
+    return describe()  # which lengths the soak, chaos and fuzz tests run at (tests/durations.py)
 
 
 @dataclass

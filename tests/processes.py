@@ -73,8 +73,15 @@ def free_range(n: int) -> int:
     raise RuntimeError(f"no {n} consecutive free ports")
 
 
-def shutdown_bound(bound_s: float = 10.0) -> float:
-    """The idle-shutdown bound, stretched by how overloaded the machine is (a shutdown is CPU work:
-    Python stubs finalizing, models unloading): on a 2-core machine with a load average of 8, every
-    process gets a quarter of the CPU it would get on its own, so 4 x the bound."""
+def load_bound(bound_s: float) -> float:
+    """A bound on the time some work takes, stretched by how overloaded the machine is: on a 2-core
+    machine with a load average of 8, every process gets a quarter of the CPU it would get on its
+    own, so 4 x the bound. For asserts on measured durations of CPU work whose own service time
+    cannot be measured alongside; a wait that ends at its event needs no such bound, only a generous
+    timeout (it costs nothing when the event comes)."""
     return bound_s * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def shutdown_bound(bound_s: float = 10.0) -> float:
+    """The idle-shutdown bound (a shutdown is CPU work: Python stubs finalizing, models unloading)."""
+    return load_bound(bound_s)

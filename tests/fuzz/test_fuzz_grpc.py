@@ -8,7 +8,6 @@ keep succeeding."""
 
 from __future__ import annotations
 
-import os
 import queue
 import struct
 
@@ -21,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from llmserve.contract import ENSEMBLE, ENSEMBLE_INPUTS, UNARY_SUFFIX
 
+from ..durations import examples
 from .fuzz_lib import (
     Alongside,
     Tally,
@@ -31,7 +31,7 @@ from .fuzz_lib import (
 )
 
 pytestmark = pytest.mark.e2e
-EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_GRPC_EXAMPLES", os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "400")))
+EXAMPLES = examples("fuzz_grpc_examples")  # tests/durations.py
 TIMEOUT_S = 60
 
 # gRPC status -> the HTTP status Triton would use, so one classifier serves both frontends.

@@ -4,20 +4,22 @@ Every answer must be a valid answer, a clean 4xx, or one of Triton's own HTTP-fr
 JSON it cannot parse (known upstream, message asserted); never a 5xx from our code, never a hang;
 the server stays ready and valid requests sent alongside keep succeeding.
 
-    pytest tests/fuzz -q                         # tiny server, ~1,100 cases
+    pytest tests/fuzz -q                         # tiny server; how many cases: tests/durations.py
     LLMSERVE_FUZZ_EXAMPLES=3000 pytest tests/fuzz  # more
 """
 
 from __future__ import annotations
 
 import json
-import os
+import time
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ..durations import examples
+from ..processes import load_bound
 from .fuzz_lib import (
     Alongside,
     Tally,
@@ -29,7 +31,7 @@ from .fuzz_lib import (
 )
 
 pytestmark = pytest.mark.e2e
-EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "1000"))
+EXAMPLES = examples("fuzz_http_examples")  # tests/durations.py
 TIMEOUT_S = 60  # per request: a hang is a failure, not a slow pass
 MB10 = 10 * 1024 * 1024
 
@@ -233,8 +235,9 @@ BIG_CASES = {
 
 @pytest.mark.parametrize("name", list(BIG_CASES))
 def test_http_huge_inputs(fuzz_target, name, emit):
-    """Huge bodies are rejected quickly (one 10 MB prompt must not stall the server for long)."""
-    import time
+    """Huge bodies are rejected quickly (one 10 MB prompt must not stall the server for long: it used
+    to take 14 s to tokenize; refused by its size, it takes 0.2 s). The bound is stretched by the
+    machine's load (tests/processes.load_bound), so a busy CI machine does not fail it."""
 
     http = fuzz_target.http
     doc = BIG_CASES[name]()
@@ -247,4 +250,5 @@ def test_http_huge_inputs(fuzz_target, name, emit):
     assert cat in ("ok", "invalid_ours", "invalid_triton", "client_error_other", "triton_frontend_500"), msg
     assert is_ready(http)
     assert not alongside.errors, alongside.errors[:3]
-    assert elapsed < 5, f"{name}: {elapsed:.1f} s to answer a {len(raw) / 1e6:.1f} MB request"
+    bound = load_bound(5.0)
+    assert elapsed < bound, f"{name}: {elapsed:.1f} s to answer a {len(raw) / 1e6:.1f} MB request (bound {bound:.0f} s)"

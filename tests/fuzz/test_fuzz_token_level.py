@@ -8,7 +8,6 @@ never a crash of our code or a hang, the server stays ready, valid requests alon
 from __future__ import annotations
 
 import json
-import os
 import queue
 
 import numpy as np
@@ -22,11 +21,12 @@ from tritonclient.utils import InferenceServerException
 from llmserve.contract import ENGINE, ENGINE_INPUTS, UNARY_SUFFIX
 from llmserve.request.word_lists import MAX_WORD_TOKENS, MAX_WORDS
 
+from ..durations import examples
 from .fuzz_lib import Alongside, Tally, classify_error, classify_http, is_ready
 from .test_fuzz_grpc import DTYPES, FUZZ, SHAPES, build, classify_grpc_error, values
 
 pytestmark = pytest.mark.e2e
-EXAMPLES = int(os.environ.get("LLMSERVE_FUZZ_TOKEN_EXAMPLES", os.environ.get("LLMSERVE_FUZZ_EXAMPLES", "100")))
+EXAMPLES = examples("fuzz_token_examples")  # tests/durations.py
 TIMEOUT_S = 60
 DECLARED = {t.name: t.dtype for t in ENGINE_INPUTS}
 VOCAB = 49152  # SmolLM2's tokenizer (the tiny spec borrows it)

@@ -1,18 +1,18 @@
-"""The 2-minute CI version of tools/soak.py: mixed load (HTTP/gRPC, unary/streaming, invalid and
+"""The short version of tools/soak.py: mixed load (HTTP/gRPC, unary/streaming, invalid and
 abandoned requests) with the same checks: zero errors, the server ready throughout, RSS and open fds
 of tritonserver and every Python stub grow < 5% after warm-up. Run the 30-minute soak by hand:
 `python tools/soak.py` (docs/PERFORMANCE.md, section 5)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from llmserve.bench import soak
 
+from ..durations import long
+
 pytestmark = pytest.mark.e2e
-DURATION_S = float(os.environ.get("LLMSERVE_SOAK_S", "120"))
+DURATION_S = long("soak_s")  # tests/durations.py: 60 s in CI, 120 s in full
 
 
 def test_soak_short(tiny_server, tmp_path, capsys):
