@@ -21,22 +21,28 @@ except ImportError:
     from conftest import start_server
 
 MAX_BATCH, QUEUE, MAX_OUT = 2, 4, 4000  # 4,000 tokens: ~5 s on the tiny model on an idle machine
+SHARED_POSITIONS = 4096  # the shared tiny checkpoint's max_position_embeddings (checkpoint.py)
+# A wait that ends when its event comes (a gauge, a counter): the timeout only says how long a failing
+# test hangs, so it is generous; what a test asserts about time is measured, not this.
+EVENT_TIMEOUT_S = 120
 
 
-def reliability_spec(path: Path, *, timeout_s: float, max_batch=MAX_BATCH, queue=QUEUE) -> Path:
+def reliability_spec(path: Path, *, timeout_s: float, max_batch=MAX_BATCH, queue=QUEUE, max_out=MAX_OUT) -> Path:
     spec = yaml.safe_load((ROOT / "specs/tiny.yaml").read_text())
     spec["name"] = path.stem
-    spec["engine"].update(max_batch_size=max_batch, max_input_len=64, max_output_len=MAX_OUT,
+    if 64 + max_out > SHARED_POSITIONS:  # a random checkpoint of its own, with positions enough
+        spec["model"]["checkpoint_dir"] = str(path.parent / "checkpoint")
+    spec["engine"].update(max_batch_size=max_batch, max_input_len=64, max_output_len=max_out,
                           queue={"max_queue_delay_us": 0, "max_queue_size": queue})
     spec["serving"] = {"exit_timeout_s": 5, "request_timeout_s": timeout_s}
     path.write_text(yaml.safe_dump(spec))
     return path
 
 
-def reliability_server(tmp_path_factory, name: str, *, timeout_s: float):
+def reliability_server(tmp_path_factory, name: str, *, timeout_s: float, max_out: int = MAX_OUT):
     """Start one (the caller's module-scoped fixture stops it)."""
     work = tmp_path_factory.mktemp(name)
-    return start_server(reliability_spec(work / f"{name}.yaml", timeout_s=timeout_s), work)
+    return start_server(reliability_spec(work / f"{name}.yaml", timeout_s=timeout_s, max_out=max_out), work)
 
 
 def metric(server, name: str) -> float:

@@ -30,7 +30,7 @@ import tritonclient.grpc as grpcclient
 
 from llmserve.contract import ENSEMBLE
 
-from .conftest import MAX_OUT, long_request, metric, reliability_server, wait_metric
+from .conftest import EVENT_TIMEOUT_S, MAX_OUT, long_request, metric, reliability_server, wait_metric
 
 pytestmark = pytest.mark.e2e
 RUNNING, CANCELLED, TIMED_OUT = ("llmserve_requests_running", "llmserve_requests_cancelled_total",
@@ -57,7 +57,7 @@ def _bound(gaps: list[float]) -> float:
 
 
 def _check(server, emit, what: str, dt: float, bound: float, c0: float, t0: float, freed: bool):
-    counted, _ = wait_metric(server, CANCELLED, lambda v: v > c0, timeout_s=2)
+    counted, _ = wait_metric(server, CANCELLED, lambda v: v > c0, timeout_s=EVENT_TIMEOUT_S)
     timed_out = metric(server, TIMED_OUT) - t0
     emit(f"{what} -> llmserve_requests_running back to 0 after {dt:.2f} s (bound {bound:.2f} s from the "
          f"measured inter-token time); cancelled_total +{metric(server, CANCELLED) - c0:.0f}, "
@@ -93,7 +93,7 @@ def test_grpc_stream_cancel_on_token_model_frees_slot(cancel_server, emit):
                       ("min_tokens", np.array([[MAX_OUT]], dtype=np.int32), "INT32"),
                       ("streaming", np.array([[True]], dtype=bool), "BOOL")))
     client, gaps = _grpc_stream(cancel_server, "tensorrt_llm", inputs, str(uuid.uuid4()))
-    assert wait_metric(cancel_server, RUNNING, lambda v: v >= 1, timeout_s=10)[0]
+    assert wait_metric(cancel_server, RUNNING, lambda v: v >= 1, timeout_s=EVENT_TIMEOUT_S)[0]
     client.stop_stream(cancel_requests=True)
     freed, dt = wait_metric(cancel_server, RUNNING, lambda v: v == 0, timeout_s=30)
     client.close()
@@ -109,7 +109,7 @@ def test_grpc_stream_cancel_through_the_ensemble_frees_slot(cancel_server, emit)
                       ("min_tokens", np.array([[req["min_tokens"]]], dtype=np.int32), "INT32"),
                       ("stream", np.array([[True]], dtype=bool), "BOOL")))
     client, gaps = _grpc_stream(cancel_server, ENSEMBLE, inputs, f"cancel-{uuid.uuid4()}")
-    assert wait_metric(cancel_server, RUNNING, lambda v: v >= 1, timeout_s=10)[0]
+    assert wait_metric(cancel_server, RUNNING, lambda v: v >= 1, timeout_s=EVENT_TIMEOUT_S)[0]
     client.stop_stream(cancel_requests=True)  # gRPC cancel of the bidirectional stream
     freed, dt = wait_metric(cancel_server, RUNNING, lambda v: v == 0, timeout_s=30)
     client.close()
