@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh machine, check the committed repository, run pytest.
-#   ./scripts/test.sh [pytest arguments]
+#   ./scripts/test.sh                  the whole suite, in two pytest runs: tests/unit (pure logic, no
+#                                      server) spread over 2 processes (pytest-xdist), then the server
+#                                      tests one at a time (they start servers and measure timings)
+#   ./scripts/test.sh [pytest args]    one pytest run with these arguments, e.g. tests/unit -k detokenize
+# Every run ends with its 20 slowest tests. How long the soak, chaos and fuzz tests run is in
+# tests/durations.py (LLMSERVE_TEST_PROFILE=ci or full; .ci/run sets ci).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --haproxy
@@ -12,4 +17,18 @@ cd "$(dirname "$0")/.."
 for py312 in $(command -v python3.12) /root/.pyenv/versions/3.12*/bin/python3.12; do
   if "$py312" -c pass 2>/dev/null; then ./scripts/stub_python.sh "$py312"; break; fi
 done
-exec .venv/bin/python -m pytest -v "$@"
+pytest=(.venv/bin/python -m pytest -v --durations=20)
+if (( $# )); then
+  exec "${pytest[@]}" "$@"
+fi
+# Both runs always run (a unit failure does not hide the server tests' results); the exit status is
+# the first failure's. The server tests run last, so the output ends with their summary line.
+unit=0
+"${pytest[@]}" -n "${LLMSERVE_UNIT_WORKERS:-2}" tests/unit || unit=$?
+servers=0
+"${pytest[@]}" tests --ignore=tests/unit || servers=$?
+if (( unit )); then
+  echo "tests/unit failed (pytest exit $unit): see the first run above" >&2
+  exit "$unit"
+fi
+exit "$servers"
