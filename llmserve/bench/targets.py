@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..client import wire
 from .workload import Prompt
 
 _ids = itertools.count()
@@ -88,13 +89,17 @@ class _GrpcStreaming(Target):
                     rec.error = str(error)
                     break
                 rec.mark(self._count(result, output_len))
-                final = result.get_response().parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
+                if wire.is_final(result.get_response()):
                     break
         except Exception as e:  # noqa: BLE001  (a benchmark counts failures, it does not stop)
             rec.error = f"{type(e).__name__}: {e}"
         rec.end = time.perf_counter()
         return rec
+
+
+def _ensemble_body(prompt: Prompt, output_len: int) -> dict:
+    """Exact length (min_tokens = max_tokens), the raw prompt, streamed."""
+    return wire.ensemble_body(prompt.text, output_len, min_tokens=output_len, stream=True, apply_chat_template=False)
 
 
 def _tensor(mod, name: str, value, dtype: str):
@@ -113,18 +118,14 @@ class GrpcEnsemble(_GrpcStreaming):
     def _inputs(self, prompt: Prompt, output_len: int):
         from tritonclient import grpc as g
 
-        inputs = [_tensor(g, "text_input", [[prompt.text.encode()]], "BYTES"),
-                  _tensor(g, "max_tokens", [[output_len]], "INT32"),
-                  _tensor(g, "min_tokens", [[output_len]], "INT32"),
-                  _tensor(g, "stream", [[True]], "BOOL"),
-                  _tensor(g, "apply_chat_template", [[False]], "BOOL")]
+        inputs = wire.infer_inputs(_ensemble_body(prompt, output_len), g)
         return inputs, [g.InferRequestedOutput("text_output"), g.InferRequestedOutput("output_log_probs")]
 
     def _count(self, result, output_len: int) -> int:
         # A chunk carries one log-prob per token: one token per engine step, or several when the
         # engine coalesces a stream's tokens (engine.torch.stream_interval_ms). Empty text still counts.
-        lp = result.as_numpy("output_log_probs")
-        return 0 if lp is None else int(lp.size)
+        piece = wire.result_piece(result)
+        return 0 if piece is None else piece.tokens
 
 
 class GrpcTokens(_GrpcStreaming):
@@ -166,8 +167,7 @@ class HttpEnsemble(Target):
         await self.session.close()
 
     async def request(self, prompt: Prompt, output_len: int) -> Record:
-        body = {"text_input": prompt.text, "max_tokens": output_len, "min_tokens": output_len, "stream": True,
-                "apply_chat_template": False}
+        body = _ensemble_body(prompt, output_len)
         rec = Record(time.perf_counter())
         try:
             async with self.session.post(f"{self.url}/v2/models/{self.model}/generate_stream", json=body) as r:
@@ -180,9 +180,9 @@ class HttpEnsemble(Target):
                     if "error" in event:
                         rec.error = str(event["error"])
                         break
-                    if "text_output" in event:
-                        lp = event.get("output_log_probs")  # a list, or a bare number for one token
-                        rec.mark(len(lp) if isinstance(lp, list) else 1)
+                    piece = wire.event_piece(event)
+                    if piece is not None:
+                        rec.mark(piece.tokens)
         except Exception as e:  # noqa: BLE001
             rec.error = f"{type(e).__name__}: {e}"
         rec.end = time.perf_counter()

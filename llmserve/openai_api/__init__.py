@@ -4,9 +4,10 @@ Triton servers: FastAPI + uvicorn, gRPC streaming to the ensemble with failover 
     app.py       HTTP routes, SSE, errors in OpenAI's format, client hang-up
     protocol.py  request models: what is honoured, what is refused (400 naming the field)
     prompts.py   chat template, exact prompt token count, token budget
-    service.py   one completion: ensemble inputs, usage, finish reason, metrics
-    triton.py    gRPC to the ensemble across servers: health, retry, resume, cancellation
+    service.py   one completion: ensemble inputs, usage, finish reason, metrics; gRPC to the ensemble
+                 across servers through llmserve/client/aio.py (health, retry, resume, cancellation)
     metrics.py   Prometheus (vLLM's names under llmserve_api_)
+    errors.py    errors in OpenAI's format, and the answer for each failure of the ensemble client
     auth.py      optional Bearer keys
     config.py    settings from the spec's `openai:` section
     process.py   the frontend as a child process (serve.py, cluster.py, tests)

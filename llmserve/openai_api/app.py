@@ -9,7 +9,7 @@ too (the response starts only once the first piece is there); later ones, which 
 not absorb, arrive as an `error` event, which the `openai` SDK raises.
 
 A client that hangs up (streaming or not) ends its request at once: the gRPC call to Triton is
-cancelled and the engine is told to stop it (see triton.py).
+cancelled and the engine is told to stop it (see llmserve/client/aio.py).
 
 Every request gets a request id and one access line when it is over (access.py); an unexpected
 exception is logged there with its traceback and answered 500."""

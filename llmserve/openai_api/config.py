@@ -22,7 +22,7 @@ def settings_from_spec(spec: Spec, endpoints: list[str]) -> Settings:
         add_special_tokens=spec.tokenizer.add_special_tokens,
         trust_remote_code=spec.model.trust_remote_code,
         api_keys=keys,
-        idle_timeout_s=o.idle_timeout_s or spec.serving.request_timeout_s + 30,
+        idle_timeout_s=o.idle_timeout(spec.serving.request_timeout_s),
         max_attempts=o.max_attempts,
-        health_interval_s=o.health_interval_ms / 1000,
+        health_interval_s=o.health_interval_s,
     )

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..client.retry import GaveUp, GenerationError
+from ..errors import ErrorKind
+
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
          429: "rate_limit_exceeded", 500: "internal_error", 502: "api_error", 503: "service_unavailable",
@@ -41,3 +44,19 @@ def unsupported(param: str, why: str = "") -> APIError:
 
 def busy(message: str) -> APIError:
     return APIError(503, message, code="server_busy", retry_after_s=1)
+
+
+def from_client_error(e: GenerationError) -> APIError:
+    """The answer for a failure the ensemble client could not absorb: the request's fault 400, the
+    engine's request timeout 504, every attempt failed 503 with Retry-After (server_busy when the last
+    server was busy, else unavailable), anything else 502."""
+    if isinstance(e, GaveUp):
+        if e.kind is ErrorKind.BUSY:
+            return busy(f"every Triton server is busy; retry later ({e.last})")
+        return APIError(503, f"no Triton server could serve the request after {e.attempts} attempts: {e.last}",
+                        code="unavailable", retry_after_s=1)
+    if e.kind is ErrorKind.INVALID_ARGUMENT:
+        return APIError(400, str(e), code="invalid_request")
+    if e.kind is ErrorKind.TIMEOUT:
+        return APIError(504, str(e), code="timeout")
+    return APIError(502, str(e))

@@ -17,14 +17,17 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Optional
 
-from ..client.aio import EnsembleClient, Piece, Trace
-from .errors import APIError
+from ..client.aio import EnsembleClient, GenerationError, Piece, Stats
+from ..spec.deployment import Serving
+from ..spec.openai import OpenAIFrontend
+from .errors import APIError, from_client_error
 from .metrics import Metrics
 from .prompts import Limits, Prompt, PromptBuilder
 from .protocol import ChatCompletionRequest, CompletionRequest, parse
 from .responses import usage
 
 log = logging.getLogger(__name__)
+_SPEC = OpenAIFrontend()
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,10 @@ class Settings:
     add_special_tokens: bool = False
     trust_remote_code: bool = False
     api_keys: list[str] = field(default_factory=list)
-    idle_timeout_s: float = 630
-    max_attempts: int = 6
-    health_interval_s: float = 0.5
+    # The spec's defaults (settings_from_spec passes the spec's values; these serve Settings built by hand).
+    idle_timeout_s: float = _SPEC.idle_timeout(Serving().request_timeout_s)
+    max_attempts: int = _SPEC.max_attempts
+    health_interval_s: float = _SPEC.health_interval_s
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -49,7 +53,7 @@ class Run:
 
     def __init__(self, service: "Service", req, prompt: Prompt, request_id: str, arrival: float):
         self.service, self.req, self.prompt, self.id, self.arrival = service, req, prompt, request_id, arrival
-        self.trace = Trace()
+        self.trace = Stats()
         self.first_at: Optional[float] = None
         self.done = False
 
@@ -85,10 +89,13 @@ class Run:
                     yield p
             self.done = True
             outcome = self.finish_reason
-        except APIError as e:
+        except (APIError, GenerationError) as e:
             outcome = None
-            m.error(e.status)
-            raise
+            api = e if isinstance(e, APIError) else from_client_error(e)
+            m.error(api.status)
+            if api is e:
+                raise
+            raise api from None
         finally:
             m.running.dec()
             self._record(outcome)

@@ -39,3 +39,12 @@ class OpenAIFrontend(Strict):
     """Sends of one request (first try + retries + resumes) before it fails with 503."""
     health_interval_ms: int = Field(default=500, ge=50)
     """How often the frontend checks each Triton server's readiness."""
+
+    def idle_timeout(self, request_timeout_s: float) -> float:
+        """idle_timeout_s, or its default: the engine's request timeout (serving.request_timeout_s) + 30 s,
+        so that a stream the engine is still allowed to run is never taken for broken."""
+        return self.idle_timeout_s or request_timeout_s + 30
+
+    @property
+    def health_interval_s(self) -> float:
+        return self.health_interval_ms / 1000

@@ -169,25 +169,3 @@ def test_oversized_prompts_are_refused_before_tokenizing(fe, fake):
     assert r.json()["error"]["code"] in ("context_length_exceeded", "request_too_large")
     r = requests.post(fe.url + "/v1/completions", json={"model": "test-model", "prompt": "word " * 300}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
-
-
-def test_read_piece_matches_tritonclient():
-    """The raw-bytes reader of a streamed response agrees with tritonclient's InferResult."""
-    import numpy as np
-    from tritonclient.grpc import InferResult, service_pb2
-    from tritonclient.utils import serialize_byte_tensor
-
-    from llmserve.client.aio import read_piece
-
-    resp = service_pb2.ModelInferResponse(model_name="ensemble")
-    text = np.array([["北京🌊 ok".encode()]], dtype=np.object_)
-    lp = np.array([[[-0.5, -1.0, -0.25]]], dtype=np.float32)
-    for name, arr, dt in (("text_output", text, "BYTES"), ("output_log_probs", lp, "FP32")):
-        out = resp.outputs.add(name=name, datatype=dt, shape=list(arr.shape))
-        assert out.name == name
-        resp.raw_output_contents.append(serialize_byte_tensor(arr).item() if dt == "BYTES" else arr.tobytes())
-    piece = read_piece(resp)
-    ref = InferResult(resp)
-    assert piece.text == b"".join(ref.as_numpy("text_output").reshape(-1)).decode() == "北京🌊 ok"
-    assert piece.tokens == ref.as_numpy("output_log_probs").size == 3
-    assert read_piece(service_pb2.ModelInferResponse()) is None

@@ -1,0 +1,70 @@
+"""The async ensemble client's loop (llmserve/client/aio.py: EnsembleClient.generate) with a scripted
+transport in place of the gRPC attempt: it follows the same policy as the sync client."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from llmserve.client.aio import EnsembleClient, GenerationError, Piece, Stats
+from llmserve.client.retry import GaveUp, Server, StreamBroken, in_band_error
+from llmserve.errors import ErrorKind
+
+REQUEST = {"text_input": "<prompt>", "max_tokens": 6, "stream": True, "apply_chat_template": False}
+
+
+class Scripted(EnsembleClient):
+    def __init__(self, *scripts, max_attempts=6):
+        super().__init__(["a:1", "b:1"], idle_timeout_s=5, max_attempts=max_attempts, health_interval_s=0.5)
+        self.endpoints = [Server(u) for u in self.urls]  # no channels: _attempt is scripted
+        self.backoff = type(self.backoff)(0.0, 0.0, max_attempts)
+        self.scripts = list(scripts)
+        self.calls: list[tuple[str, dict, str]] = []
+
+    async def _attempt(self, ep, body, request_id, stats):
+        self.calls.append((ep.url, body, request_id))
+        *pieces, end = self.scripts.pop(0)
+        for p in pieces:
+            yield p
+        if end is not None:
+            raise end
+
+
+def run(client: Scripted, stats: Stats) -> list[Piece]:
+    async def go():
+        return [p async for p in client.generate(REQUEST, "cmpl-1", stats)]
+    return asyncio.run(go())
+
+
+def test_retry_then_resume_on_the_other_server():
+    c = Scripted([in_band_error("server busy: full")], [Piece("Hel", 1), Piece("lo", 2), StreamBroken("cut")],
+                 [Piece("!", 1), None])
+    st = Stats()
+    assert "".join(p.text for p in run(c, st)) == "Hello!"
+    (u1, b1, id1), (u2, b2, id2), (u3, b3, id3) = c.calls
+    assert u1 != u2 and u2 != u3  # each attempt on the server that did not just fail
+    assert b1 is REQUEST and b2 is REQUEST
+    assert b3 == {**REQUEST, "text_input": "<prompt>Hello", "max_tokens": 3}
+    assert (id1, id2, id3) == ("cmpl-1-1", "cmpl-1-2", "cmpl-1-3")  # one id per attempt (stop requests target it)
+    assert (st.attempts, st.retries, st.resumes, st.tokens) == (3, 1, 1, 4)
+    assert st.errors[0].endswith(": server busy: full")
+
+
+def test_request_errors_and_timeouts_are_not_retried():
+    for message, kind in (("invalid temperature: -1", ErrorKind.INVALID_ARGUMENT),
+                          ("timeout: request exceeded serving.request_timeout_s", ErrorKind.TIMEOUT)):
+        c = Scripted([in_band_error(message)])
+        with pytest.raises(GenerationError) as e:
+            run(c, Stats())
+        assert e.value.kind is kind and not e.value.retryable and len(c.calls) == 1
+
+
+@pytest.mark.parametrize("last, kind", [(in_band_error("server busy: full"), ErrorKind.BUSY),
+                                        (GenerationError("StatusCode.UNAVAILABLE: gone", retryable=True),
+                                         ErrorKind.UNAVAILABLE)])
+def test_gives_up_busy_or_unavailable(last, kind):
+    c = Scripted([StreamBroken("cut")], [last], max_attempts=2)
+    with pytest.raises(GaveUp) as e:
+        run(c, Stats())
+    assert e.value.kind is kind and e.value.attempts == 2 and e.value.last.endswith(str(last))
