@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import queue
 
-import numpy as np
 import requests
 import tritonclient.grpc as grpcclient
+
+from llmserve.client import wire
 
 
 def generate(server, body: dict, model: str = "ensemble", timeout: float = 120) -> requests.Response:
@@ -23,23 +24,7 @@ def generate_stream(server, body: dict, model: str = "ensemble", timeout: float 
 
 
 def grpc_inputs(prompt: str, max_tokens: int, **extra) -> list:
-    values = {"text_input": np.array([[prompt.encode()]], dtype=np.object_),
-              "max_tokens": np.array([[max_tokens]], dtype=np.int32)}
-    for name, value in extra.items():
-        values[name] = np.array([[value]], dtype=type(np.asarray(value).reshape(-1)[0]) if not isinstance(value, bool)
-                                else np.bool_)
-    inputs = []
-    for name, arr in values.items():
-        dtype = {"object": "BYTES", "int32": "INT32", "int64": "INT32", "bool": "BOOL", "float64": "FP32",
-                 "float32": "FP32", "uint64": "UINT64"}[arr.dtype.name]
-        if dtype == "INT32":
-            arr = arr.astype(np.int32)
-        if dtype == "FP32":
-            arr = arr.astype(np.float32)
-        t = grpcclient.InferInput(name, list(arr.shape), dtype)
-        t.set_data_from_numpy(arr)
-        inputs.append(t)
-    return inputs
+    return wire.infer_inputs(wire.ensemble_body(prompt, max_tokens, **extra))
 
 
 def grpc_stream(server, prompt: str, max_tokens: int, timeout: float = 120, **extra) -> list[str]:

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from llmserve.client.failover import FailoverClient, GenerationError
+from llmserve.client.failover import FailoverClient, GenerationError, Stats
 from llmserve.spec import ROOT, load_spec
 
 from ..conftest import start_server
@@ -40,8 +40,7 @@ def test_resumed_greedy_stream_equals_uninterrupted(two_smollm2, protocol):
     tok = str(load_spec(DEFAULT).checkpoint_path())
     # Uninterrupted reference on b (greedy: the default sampling of the ensemble is greedy).
     reference = "".join(FailoverClient([ep(b)], protocol=protocol).stream(PROMPT, TOKENS))
-    client = FailoverClient([ep(a), ep(b)], protocol=protocol, tokenizer_dir=tok, backoff_s=0.05)
-    client._next = len(client.endpoints) - 1  # first attempt goes to a
+    client = FailoverClient([ep(a), ep(b)], protocol=protocol, tokenizer_dir=tok, backoff_s=0.05, start=0)  # a first
     gen = client.stream(PROMPT, TOKENS)
     pieces = []
     for i, piece in enumerate(gen):
@@ -60,8 +59,6 @@ def test_resumed_greedy_stream_equals_uninterrupted(two_smollm2, protocol):
 def test_dead_endpoint_is_skipped_and_client_errors_are_not_retried(two_smollm2):
     _, b = two_smollm2
     client = FailoverClient(["localhost:1", b.http], backoff_s=0.01)
-    from llmserve.client.failover import Stats
-
     st = Stats()
     for _ in range(2):
         assert client.generate("Hi", 4, stats=st)

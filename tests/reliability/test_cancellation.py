@@ -28,6 +28,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
+from llmserve.client import wire
 from llmserve.contract import ENSEMBLE
 
 from .conftest import EVENT_TIMEOUT_S, MAX_OUT, long_request, metric, reliability_server, wait_metric
@@ -104,10 +105,7 @@ def test_grpc_stream_cancel_through_the_ensemble_frees_slot(cancel_server, emit)
     _idle(cancel_server)
     c0, t0 = metric(cancel_server, CANCELLED), metric(cancel_server, TIMED_OUT)
     req = long_request()
-    inputs = _inputs((("text_input", np.array([[req["text_input"].encode()]], dtype=object), "BYTES"),
-                      ("max_tokens", np.array([[req["max_tokens"]]], dtype=np.int32), "INT32"),
-                      ("min_tokens", np.array([[req["min_tokens"]]], dtype=np.int32), "INT32"),
-                      ("stream", np.array([[True]], dtype=bool), "BOOL")))
+    inputs = wire.infer_inputs({**req, "stream": True})
     client, gaps = _grpc_stream(cancel_server, ENSEMBLE, inputs, f"cancel-{uuid.uuid4()}")
     assert wait_metric(cancel_server, RUNNING, lambda v: v >= 1, timeout_s=EVENT_TIMEOUT_S)[0]
     client.stop_stream(cancel_requests=True)  # gRPC cancel of the bidirectional stream

@@ -9,12 +9,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from llmserve.client import wire
 from llmserve.contract import ENSEMBLE, UNARY_SUFFIX
 
 from .conftest import MAX_BATCH, QUEUE, reliability_server, rss_kb, wait_metric
@@ -112,11 +112,7 @@ def test_grpc_overload_sheds_with_unavailable(overload_server, emit):
 
     def one(_):
         client = grpcclient.InferenceServerClient(overload_server.grpc)
-        inputs = []
-        for name, value, dtype in (("text_input", np.array([[b"Tell a story"]], dtype=object), "BYTES"),
-                                   ("max_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32"),
-                                   ("min_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32")):
-            inputs.append(grpcclient.InferInput(name, [1, 1], dtype).set_data_from_numpy(value))
+        inputs = wire.infer_inputs(wire.ensemble_body("Tell a story", TOKENS, min_tokens=TOKENS))
         t0 = time.monotonic()
         try:
             client.infer(ENSEMBLE + UNARY_SUFFIX, inputs, client_timeout=120)
