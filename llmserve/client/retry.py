@@ -17,12 +17,15 @@ one request across attempts is `Attempts`', so the two cannot drift apart.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Optional, Sequence, TypeVar
 
 from ..errors import RETRY_ELSEWHERE, ErrorKind, classify
 from ..spec.openai import OpenAIFrontend
+
+log = logging.getLogger(__name__)
 
 SPEC = OpenAIFrontend()
 """The spec's defaults for the knobs it has (max_attempts, idle timeout, health interval)."""
@@ -217,5 +220,8 @@ class Attempts:
             self.stats.retries += 1
         self.failures += 1
         if self.failures >= self.backoff.max_attempts:
+            log.debug("giving up after %d failed attempts; last: %s", self.failures, why)
             raise GaveUp(self.failures, why, error) from error
+        log.debug("attempt %d failed (%s); %s", self.stats.attempts, why,
+                 f"resuming after {self.stats.tokens} tokens" if self.stats.tokens else "retrying")
         return self.backoff.delay(self.failures)
