@@ -1,8 +1,9 @@
 """Small-capacity tiny servers for the reliability tests: 2 engine slots, a queue of 4 and long
-outputs (so a request runs for seconds and can be cancelled mid-way). Each concern gets its own
-server with its own request timeout (`reliability_server`), so one test's load or timing never
-decides another's: the overload server's timeout is far above its service time, the cancellation
-server's (30 s) far above the cancellation bound, the timeout server's short (3 s)."""
+outputs (so a request runs for seconds and can be cancelled mid-way). A request timeout decides
+what a test can see, so servers are shared only where it suits both: `capacity_server` (overload and
+cancellation; its 600 s timeout is far above the overload burst's service time and far above any
+cancellation bound, so neither "busy" nor "cancelled" can be a timeout in disguise; each test first
+waits for the engine to be idle), and the timeout test's own server (3 s)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 
 from llmserve.spec import ROOT
@@ -43,6 +45,16 @@ def reliability_server(tmp_path_factory, name: str, *, timeout_s: float, max_out
     """Start one (the caller's module-scoped fixture stops it)."""
     work = tmp_path_factory.mktemp(name)
     return start_server(reliability_spec(work / f"{name}.yaml", timeout_s=timeout_s, max_out=max_out), work)
+
+
+CAPACITY_TIMEOUT_S = 600.0
+
+
+@pytest.fixture(scope="package")
+def capacity_server(tmp_path_factory):
+    server = reliability_server(tmp_path_factory, "tiny-capacity", timeout_s=CAPACITY_TIMEOUT_S)
+    yield server
+    server.process.stop()
 
 
 def metric(server, name: str) -> float:

@@ -31,20 +31,18 @@ import tritonclient.grpc as grpcclient
 from llmserve.client import wire
 from llmserve.contract import ENSEMBLE
 
-from .conftest import EVENT_TIMEOUT_S, MAX_OUT, long_request, metric, reliability_server, wait_metric
+from .conftest import CAPACITY_TIMEOUT_S, EVENT_TIMEOUT_S, MAX_OUT, long_request, metric, wait_metric
 
 pytestmark = pytest.mark.e2e
 RUNNING, CANCELLED, TIMED_OUT = ("llmserve_requests_running", "llmserve_requests_cancelled_total",
                                  "llmserve_requests_timed_out_total")
 METRIC_PERIOD_S = 0.5
-TIMEOUT_S = 60.0  # far above any cancellation bound: a slot freed by the timeout cannot pass for a cancel
+TIMEOUT_S = CAPACITY_TIMEOUT_S  # far above any cancellation bound: a slot freed by the timeout cannot pass for a cancel
 
 
-@pytest.fixture(scope="module")
-def cancel_server(tmp_path_factory):
-    server = reliability_server(tmp_path_factory, "tiny-cancellation", timeout_s=TIMEOUT_S)
-    yield server
-    server.process.stop()
+@pytest.fixture
+def cancel_server(capacity_server):
+    return capacity_server
 
 
 def _idle(server):

@@ -17,18 +17,17 @@ from tritonclient.utils import InferenceServerException
 from llmserve.client import wire
 from llmserve.contract import ENSEMBLE, UNARY_SUFFIX
 
-from .conftest import MAX_BATCH, QUEUE, reliability_server, rss_kb, wait_metric
+from .conftest import MAX_BATCH, QUEUE, rss_kb, wait_metric
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def overload_server(tmp_path_factory):
-    """Its own server: a request timeout far above the time a queued request can wait here (ten
-    times the service time of the whole burst), so "busy" is the only refusal under overload."""
-    server = reliability_server(tmp_path_factory, "tiny-overload", timeout_s=600)
-    yield server
-    server.process.stop()
+@pytest.fixture
+def overload_server(capacity_server):
+    """A request timeout far above the time a queued request can wait here (ten times the service
+    time of the whole burst), so "busy" is the only refusal under overload."""
+    return capacity_server
+
 
 CAPACITY = MAX_BATCH + QUEUE
 LOAD = 10 * CAPACITY
