@@ -53,7 +53,8 @@ def start_server(spec_path: Path, workdir: Path, *, repository: Path | None = No
                          exit_timeout_s=spec.serving.exit_timeout_s, log_path=log, admin_key=ADMIN_KEY, extra=extra)
     proc.start()
     try:
-        proc.wait_ready(timeout_s=900)  # ends when ready; only a hung start waits this long (a loaded machine took 180 s)
+        # Ends when ready: only a hung start waits this long (a start on a loaded machine took 180 s).
+        proc.wait_ready(timeout_s=900)
     except Exception:
         proc.stop()
         print(log.read_text()[-5000:])

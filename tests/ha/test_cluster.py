@@ -15,6 +15,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from ..conftest import ADMIN_KEY
+from ..processes import load_bound
 from llmserve.bench.mixed_load import MixedLoad
 
 LOAD_S = 15
@@ -201,5 +202,6 @@ def test_all_down_clean_503_then_recovery(cluster):
     chk = cluster.spec.ha.check
     print(f"\n[all down] 10 requests: statuses {set(codes)}, slowest {max(times) * 1000:.0f} ms, body {body}; "
           f"traffic resumed {resumed:.2f} s after a server was ready (check {chk.interval_ms} ms x rise {chk.rise})")
-    assert set(codes) == {503} and max(times) < 1.0 and "error" in body
-    assert resumed < (chk.interval_ms * (chk.rise + 1)) / 1000 + 0.5
+    # Bounds stretched by the load average (processes.load_bound): a busy CI machine must not fail them.
+    assert set(codes) == {503} and max(times) < load_bound(1.0) and "error" in body
+    assert resumed < load_bound((chk.interval_ms * (chk.rise + 1)) / 1000 + 0.5)

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from llmserve.text.tokenizer import load_hf_tokenizer
+from ..processes import load_bound
 from .conftest import MODEL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smollm2]
@@ -175,10 +176,11 @@ def test_client_hang_up_frees_the_engine_slot(stack, emit, streaming):
         assert running
         done.wait(30)
     freed, dt = stack.wait_metric(RUNNING, lambda v: v == 0, 15)
-    counted, _ = stack.wait_metric(CANCELLED, lambda v: v > cancelled0, 2)
+    counted, _ = stack.wait_metric(CANCELLED, lambda v: v > cancelled0, 30)  # ends at the event
     emit(f"OpenAI client hang-up ({'streaming' if streaming else 'non-streaming'}) -> "
          f"{RUNNING} back to 0 after {dt:.2f} s (cancelled_total +{stack.metric(CANCELLED) - cancelled0:.0f})")
-    assert freed and dt <= 1.5, f"slot held {dt:.2f} s after the client hung up"
+    bound = load_bound(1.5)  # stretched by the load average: a busy CI machine must not fail it
+    assert freed and dt <= bound, f"slot held {dt:.2f} s after the client hung up (bound {bound:.1f} s)"
     assert counted, "the slot was freed but not counted as cancelled"
 
 

@@ -100,7 +100,8 @@ def test_http_overload_sheds_fast_and_recovers(overload_server, emit):
     assert rss1 < rss0 * 1.5 + 200 * 1024, f"RSS grew from {rss0} to {rss1} kB"
     # Recovery: the next request is served at once.
     t1 = time.monotonic()
-    r = requests.post(f"http://{http}/v2/models/ensemble/generate", json={"text_input": "hi", "max_tokens": 2}, timeout=30)
+    r = requests.post(f"http://{http}/v2/models/ensemble/generate", json={"text_input": "hi", "max_tokens": 2},
+                      timeout=30)
     assert r.status_code == 200 and time.monotonic() - t1 < ok_p50, (r.status_code, r.text[:200])
 
 

@@ -1,6 +1,7 @@
 """Shutdown of `serve.sh` (llmserve.deploy.serve), each case on its own server:
 
-- idle, SIGTERM: exits within 10 s (stretched by the machine's load, processes.shutdown_bound) and leaves no process behind;
+- idle, SIGTERM: exits within 10 s (stretched by the machine's load, processes.shutdown_bound) and
+  leaves no process behind;
 - busy, SIGTERM: the stream in flight is finished (every token), then it exits;
 - the supervisor SIGKILLed (what Docker, systemd and Kubernetes do after their grace period):
   tritonserver, its Python stubs and their watchdogs go too (the reaper, deploy/reaper.py)."""

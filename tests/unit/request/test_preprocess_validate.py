@@ -101,7 +101,8 @@ def test_word_list_errors_name_the_field(pre):
 def test_process_answers_each_request_of_a_batch_on_its_own(pre):
     long = " ".join(["word"] * (2 * MAX_IN))  # within the byte bound, over the token limit
     good, bad_tokens, bad_field = pre.process([
-        reader(text_input="Hello", max_tokens=4, apply_chat_template=False, stop_words=np.array([[b"."]], dtype=object)),
+        reader(text_input="Hello", max_tokens=4, apply_chat_template=False,
+               stop_words=np.array([[b"."]], dtype=object)),
         reader(text_input=long, max_tokens=4, apply_chat_template=False),
         reader(text_input="Hello", max_tokens=0),
     ])
