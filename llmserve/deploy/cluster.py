@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -34,20 +35,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..checkpoint import build_checkpoint
-from .frontend import Frontends
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
+from .frontend import Frontends
 from .haproxy import Backend, check_config, render
 from .haproxy_runtime import RuntimeAPI, rolling_restart
 from .reaper import Reaper
-from .serve import prepare_repository
+from .serve import LOG_FORMAT, prepare_repository
+from .supervisor import Supervisor, SupervisorThread
 from .tritonserver import TritonProcess, is_ready
 
-QUICK_DEATH_S = 60.0  # a replica that exits sooner than this after its start counts as a quick death
-MAX_BACKOFF_S = 30.0
-
-
-def log(msg: str) -> None:
-    print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+logger = logging.getLogger(__name__)
 
 
 class Replica:
@@ -61,10 +58,7 @@ class Replica:
         self.kw = dict(exit_timeout_s=exit_timeout_s, admin_key=admin_key, extra=list(extra),
                        log_path=log_dir / f"{self.name}.log", address=address, reaper=reaper)
         self.process: TritonProcess | None = None
-        self.stopping = False
-        self.started_at = 0.0
-        self.quick_deaths = 0  # exits soon after a start, in a row: the back-off grows with them
-        self.next_start_at = 0.0
+        self.started_at = 0.0  # time.monotonic() of the last start (the supervisor's back-off)
         self.lock = threading.RLock()  # held by restart(); the supervisor skips a replica it cannot take
 
     def start(self) -> "Replica":
@@ -84,8 +78,10 @@ class Replica:
         return self.process.stop(sig) if self.process else None
 
     def kill(self) -> None:
-        """kill -9 the server and its Python-backend stubs (its own process group)."""
-        self.process.kill()
+        """kill -9 the server and its Python-backend stubs (its own process group); after an exit, the
+        stubs that outlived it."""
+        if self.process is not None:
+            self.process.kill()
 
     def restart(self, timeout_s: float = 600, attempts: int = 3) -> None:
         """Stop, start, wait until ready; a server that dies before it is ready is started again
@@ -110,7 +106,11 @@ class Replica:
         return self.ports[0]
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.proc.poll() is None
+        return self.process is not None and self.process.alive()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode if self.process else None
 
 
 class Cluster:
@@ -132,7 +132,14 @@ class Cluster:
         # OpenAI frontends on openai_ports (one per port; none when None), each sending to every
         # replica, behind HAProxy's `openai` frontend on openai.port.
         self.frontends = (Frontends(spec, self.workdir, [f"{spec.ha.host}:{r.ports[1]}" for r in self.replicas],
-                                    openai_ports) if openai_ports is not None else None)
+                                    openai_ports, reaper=self.reaper) if openai_ports is not None else None)
+        # One supervisor for replicas and frontends: each is started again when it exits (back-off
+        # when it keeps dying); a replica being restarted by a rolling restart holds its lock.
+        self.supervisor = Supervisor()
+        for r in self.replicas:
+            self.supervisor.add(r.name, r, lock=r.lock)
+        for name, f in zip(self.frontends.names(), self.frontends.processes) if self.frontends else ():
+            self.supervisor.add(name, f)
         ha = spec.ha
         self.http_port, self.grpc_port, self.stats_port = lb_ports or (ha.http_port, ha.grpc_port, ha.stats_port)
         self.socket = self.workdir / "haproxy.sock"
@@ -189,8 +196,6 @@ class Cluster:
         self.start_replicas()
         if self.frontends:
             self.frontends.start()
-            for pid in self.frontends.pids():
-                self.reaper.register(pid)
         self.start_haproxy()
         self.wait_all_up()
         if self.frontends:
@@ -203,8 +208,7 @@ class Cluster:
         exit timeout; `hard-stop-after` bounds it), and at the same time every replica (SIGTERM:
         each finishes its in-flight work within serving.exit_timeout_s) and every OpenAI frontend;
         then whatever is left."""
-        for r in self.replicas:
-            r.stopping = True
+        self.supervisor.halt()
         if self.haproxy and self.haproxy.poll() is None:
             self.haproxy.send_signal(signal.SIGUSR1)
         # All at once: each part finishes its own in-flight work (a frontend's streams are in flight
@@ -244,60 +248,20 @@ class Cluster:
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_path)
 
-    def supervise(self, stop: threading.Event, say=log) -> None:
-        """Start replicas that exited (crash, engine watchdog, rolling restart) again, until `stop`
-        is set. A replica that dies within QUICK_DEATH_S of its start waits 1, 2, 4 ... up to
-        MAX_BACKOFF_S before the next start (a crash loop must not spin)."""
-        while not stop.wait(0.2):
-            changed = False
-            now = time.monotonic()
-            for r in self.replicas:
-                if not r.lock.acquire(blocking=False):
-                    continue  # being restarted by someone else (rolling restart)
-                try:
-                    changed |= self._revive(r, now, say)
-                finally:
-                    r.lock.release()
-            if self.frontends and self.frontends.supervise_once(say):
-                for pid in self.frontends.pids():
-                    self.reaper.register(pid)
-            if self.haproxy.poll() is not None:
-                say(f"haproxy exited ({self.haproxy.returncode}); stopping")
-                stop.set()
-            if changed:
-                self.write_state()
-
-    def _revive(self, r: Replica, now: float, say) -> bool:
-        if r.alive() or r.stopping:
+    def haproxy_alive(self) -> bool:
+        if self.haproxy is not None and self.haproxy.poll() is not None:
+            logger.error("haproxy exited (%s); stopping", self.haproxy.returncode)
             return False
-        if r.next_start_at == 0.0:  # just noticed
-            quick = now - r.started_at < QUICK_DEATH_S
-            r.quick_deaths = r.quick_deaths + 1 if quick else 0
-            delay = min(MAX_BACKOFF_S, 2 ** (r.quick_deaths - 1)) if r.quick_deaths else 0.0
-            r.next_start_at = now + delay
-            say(f"{r.name} exited ({r.process.proc.returncode}); starting it again"
-                + (f" in {delay:g} s ({r.quick_deaths} quick exits in a row)" if delay else ""))
-        if now < r.next_start_at:
-            return False
-        r.next_start_at = 0.0
-        r.start()
         return True
 
-    def start_supervisor(self, say=log) -> "Supervisor":
+    def supervise(self, stop: threading.Event) -> None:
+        """Start replicas and frontends that exited (crash, engine watchdog, rolling restart) again
+        (deploy/supervisor.py), until `stop` is set or HAProxy exits."""
+        self.supervisor.run(stop, check=self.haproxy_alive, on_restart=lambda _: self.write_state())
+
+    def start_supervisor(self) -> SupervisorThread:
         """supervise() in a thread (tests, tools/chaos.py); `.stop()` ends it."""
-        return Supervisor(self, say)
-
-
-class Supervisor:
-    def __init__(self, cluster: Cluster, say):
-        self.event = threading.Event()
-        self.thread = threading.Thread(target=cluster.supervise, args=(self.event, say), name="llmserve-supervisor",
-                                       daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.event.set()
-        self.thread.join(10)
+        return self.supervisor.start_thread(check=self.haproxy_alive, on_restart=lambda _: self.write_state())
 
 
 def _pid_alive(pid: int) -> bool:
@@ -333,7 +297,7 @@ def rolling_restart_cli(workdir: Path, drain_timeout_s: float, ready_timeout_s: 
         raise TimeoutError(f"{name} not ready again after {ready_timeout_s} s")
 
     report = rolling_restart(api, list(state["replicas"]), restart, drain_timeout_s=drain_timeout_s)
-    log("rolling restart done: " + json.dumps(report))
+    print("rolling restart done: " + json.dumps(report), flush=True)
     return 0
 
 
@@ -348,6 +312,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=str(ROOT / "build" / "haproxy"),
                     help="haproxy.cfg, runtime socket, logs, cluster.json")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
     try:
         spec = load_spec(args.spec)
         if args.replicas:  # revalidate the port layout for this many replicas
@@ -375,25 +340,25 @@ def main(argv=None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    log(f"starting {len(cluster.replicas)} tritonservers (HTTP :{spec.ha.base_http_port}+i) with {repo}")
+    logger.info("starting %d tritonservers (HTTP :%d+i) with %s", len(cluster.replicas), spec.ha.base_http_port, repo)
     try:
         cluster.start()
         cluster.write_state()
         ha = spec.ha
-        log(f"ready: HAProxy HTTP :{cluster.http_port}, gRPC :{cluster.grpc_port}, stats "
-            f"http://localhost:{cluster.stats_port}/ (Prometheus /metrics); runtime API {cluster.socket}\n"
-            + (f"  OpenAI API: http://localhost:{spec.openai.port}/v1 ({len(cluster.replicas)} frontends behind HAProxy)\n"
-               if cluster.frontends else "") +
-            f"  curl -s localhost:{cluster.http_port}/v2/models/ensemble/generate -d "
-            f"'{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
-            f"  python -m llmserve.deploy.cluster rolling-restart   # restart every server without errors\n"
-            f"  checks every {ha.check.interval_ms} ms, fall {ha.check.fall}, rise {ha.check.rise}")
+        print(f"[cluster] ready: HAProxy HTTP :{cluster.http_port}, gRPC :{cluster.grpc_port}, stats "
+              f"http://localhost:{cluster.stats_port}/ (Prometheus /metrics); runtime API {cluster.socket}\n"
+              + (f"  OpenAI API: http://localhost:{spec.openai.port}/v1 ({len(cluster.replicas)} frontends behind "
+                 f"HAProxy)\n" if cluster.frontends else "")
+              + f"  curl -s localhost:{cluster.http_port}/v2/models/ensemble/generate -d "
+              f"'{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
+              f"  python -m llmserve.deploy.cluster rolling-restart   # restart every server without errors\n"
+              f"  checks every {ha.check.interval_ms} ms, fall {ha.check.fall}, rise {ha.check.rise}", flush=True)
         cluster.supervise(stop)
     except (RuntimeError, TimeoutError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        log("stopping (servers drain in-flight requests first)")
+        logger.info("stopping (servers drain in-flight requests first)")
         cluster.stop()
     return 0
 

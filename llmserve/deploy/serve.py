@@ -3,9 +3,10 @@ tritonserver and the OpenAI-compatible frontend next to it (openai.port, default
 `openai.enabled: false` or --no-openai), say when they are ready. SIGINT/SIGTERM go to both;
 tritonserver drains in-flight requests (up to serving.exit_timeout_s) before it exits; idle, that
 takes a few seconds. A tritonserver that goes away by itself while serving (its engine stub's
-watchdog took it down, a crash) is started again, with a back-off. Every process group started
-here is registered with a reaper (deploy/reaper.py): when this process is SIGKILLed, tritonserver,
-its Python stubs and the frontend go too.
+watchdog took it down, a crash), or a frontend that does, is started again, with a back-off
+(deploy/supervisor.py); a tritonserver that exits before it was ever ready is not (its log says why).
+Every process group started here is registered with a reaper (deploy/reaper.py): when this process
+is SIGKILLed, tritonserver, its Python stubs and the frontend go too.
 
     python -m llmserve.deploy.serve --spec specs/default.yaml [--http-port 8000 --grpc-port 8001 --metrics-port 8002 --openai-port 9000]
 """
@@ -13,21 +14,22 @@ its Python stubs and the frontend go too.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 from ..checkpoint import build_checkpoint
 from ..repository.writer import check_repository, spec_label, write_repository
-from .frontend import FrontendProcess
 from ..spec import DEFAULT_SPEC, ROOT, SpecError, load_spec
+from .frontend import FrontendProcess
 from .reaper import Reaper
+from .supervisor import Supervisor
 from .tritonserver import TritonProcess
 
-QUICK_EXIT_S = 60.0  # an exit sooner than this after a start counts towards the back-off
-MAX_BACKOFF_S = 30
+logger = logging.getLogger(__name__)
+LOG_FORMAT = "[%(asctime)s %(name)s] %(message)s"  # the CLIs' (serve, cluster) until a shared set-up exists
 
 
 def prepare_repository(spec_path: Path, spec, repository: str | None) -> Path:
@@ -54,6 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--openai-port", type=int, help="the OpenAI-compatible frontend (default: openai.port)")
     ap.add_argument("--no-openai", action="store_true", help="tritonserver only")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
     try:
         spec = load_spec(args.spec)
         build_checkpoint(spec)
@@ -67,51 +70,48 @@ def main(argv=None) -> int:
     server = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=s.exit_timeout_s,
                            reaper=reaper)
     frontend = None
+    if spec.openai.enabled and not args.no_openai:
+        frontend = FrontendProcess(Path(args.spec).resolve(), port=args.openai_port or spec.openai.port,
+                                   host=spec.openai.bind, triton=[f"127.0.0.1:{grpc}"], reaper=reaper)
     stopping = threading.Event()
+    ready = threading.Event()  # this start of tritonserver has been ready: an exit now is a crash, not a bad set-up
+
+    def announce() -> None:
+        ready.clear()
+        threading.Thread(target=_announce, args=(spec, server, frontend, http, ready), daemon=True).start()
+
+    supervisor = Supervisor()
+    triton = supervisor.add("tritonserver", server, restart_if=lambda: ready.is_set() and not stopping.is_set(),
+                            on_start=announce)
+    if frontend is not None:
+        supervisor.add("the OpenAI frontend", frontend)
 
     def forward(signum, _):
         stopping.set()
-        if server.proc is not None and server.proc.poll() is None:
-            server.proc.send_signal(signum)  # tritonserver drains in-flight requests, then exits
-        if frontend is not None:
-            frontend.proc.send_signal(signum)
+        supervisor.halt()
+        for child in (server, frontend):
+            if child is not None and child.alive():
+                child.proc.send_signal(signum)  # tritonserver drains in-flight requests, then exits
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, forward)
-    quick_exits = 0
     try:
-        while True:
-            print(f"[serve] starting tritonserver on HTTP :{http}, gRPC :{grpc}, metrics :{metrics} with {repo}",
-                  flush=True)
-            server.start()
-            started = time.monotonic()
-            if frontend is None and spec.openai.enabled and not args.no_openai:
-                oport = args.openai_port or spec.openai.port
-                frontend = FrontendProcess(Path(args.spec).resolve(), port=oport, host=spec.openai.bind,
-                                           triton=[f"127.0.0.1:{grpc}"]).start()
-                reaper.register(frontend.proc.pid)
-                print(f"[serve] starting the OpenAI frontend on :{oport} (/v1)", flush=True)
-            ready = threading.Event()
-            threading.Thread(target=_announce, args=(spec, server, frontend, http, ready), daemon=True).start()
-            rc = server.proc.wait()
-            server.stop()  # ends Python stubs that outlived tritonserver
-            if stopping.is_set():
-                return rc
-            if not ready.is_set():
-                print(f"[serve] tritonserver exited ({rc}) before it was ready; see the log above", file=sys.stderr)
-                return rc or 1
-            # It was serving and went away without being asked (its engine stub's watchdog took it
-            # down, or it crashed): start it again, backing off if it keeps dying.
-            quick_exits = quick_exits + 1 if time.monotonic() - started < QUICK_EXIT_S else 0
-            delay = min(MAX_BACKOFF_S, 2 ** (quick_exits - 1)) if quick_exits else 0
-            print(f"[serve] tritonserver exited ({rc}) while serving; starting it again"
-                  + (f" in {delay} s" if delay else ""), file=sys.stderr, flush=True)
-            if stopping.wait(delay):
-                return rc
+        logger.info("starting tritonserver on HTTP :%d, gRPC :%d, metrics :%d with %s", http, grpc, metrics, repo)
+        server.start()
+        announce()
+        if frontend is not None:
+            logger.info("starting the OpenAI frontend on :%d (/v1)", frontend.port)
+            frontend.start()
+        supervisor.run(stopping, check=lambda: not triton.gave_up)
+        if not stopping.is_set():  # gave up: it exited before it was ready
+            logger.error("tritonserver exited (%s) before it was ready; see the log above", server.returncode)
+            return server.returncode or 1
+        server.proc.wait()
+        return server.stop()  # ends Python stubs that outlived tritonserver
     finally:
+        server.stop()
         if frontend is not None:
             frontend.stop()
-            reaper.unregister(frontend.proc.pid)
         reaper.close()
 
 
@@ -119,7 +119,7 @@ def _announce(spec, server: TritonProcess, frontend, http: int, ready: threading
     try:
         server.wait_ready(timeout_s=600)
     except (RuntimeError, TimeoutError) as e:
-        print(f"[serve] {e}", file=sys.stderr, flush=True)
+        logger.error("%s", e)
         return
     ready.set()
     openai = ""
@@ -130,7 +130,7 @@ def _announce(spec, server: TritonProcess, frontend, http: int, ready: threading
                       f"-d '{{\"model\": \"{spec.openai.served_model_name or spec.name}\", \"messages\": "
                       f"[{{\"role\": \"user\", \"content\": \"What is the capital of France?\"}}]}}'\n")
         except (RuntimeError, TimeoutError) as e:
-            print(f"[serve] {e}", file=sys.stderr, flush=True)
+            logger.error("%s", e)
     print(f"\n[serve] ready. Try:\n{openai}  curl -s localhost:{http}/v2/models/ensemble/generate "
           f"-d '{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
           f"  curl -sN localhost:{http}/v2/models/ensemble/generate_stream "

@@ -15,12 +15,12 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..spec import ROOT
+from .process_group import ProcessGroup
 from .reaper import Reaper
 from .security import ADMIN_KEY_ENV, restricted_flags, scrub_argv
 
@@ -126,8 +126,10 @@ def is_ready(http_port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> b
         return False
 
 
-class TritonProcess:
+class TritonProcess(ProcessGroup):
     """A tritonserver child process; used by serve, the tests and the cluster scripts."""
+
+    what = "tritonserver"
 
     def __init__(self, repository: Path, *, http_port: int = 8000, grpc_port: int = 8001, metrics_port: int = 8002,
                  exit_timeout_s: int = 60, log_path: Path | None = None, admin_key: str | None = None,
@@ -138,32 +140,21 @@ class TritonProcess:
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.admin_key = admin_key or os.environ.get(ADMIN_KEY_ENV) or os.urandom(16).hex()
         self.instance_tag = f"llmserve{http_port}"  # also the stubs' shared-memory prefix
-        self.cmd = command(self.paths, Path(repository).resolve(), http_port=http_port, grpc_port=grpc_port,
-                           metrics_port=metrics_port, exit_timeout_s=exit_timeout_s,
-                           instance_tag=self.instance_tag, admin_key=self.admin_key, address=address,
-                           extra=list(extra))
-        self.log_path = log_path
-        self.reaper = reaper
-        self.proc: subprocess.Popen | None = None
-        self._log = None
+        cmd = command(self.paths, Path(repository).resolve(), http_port=http_port, grpc_port=grpc_port,
+                      metrics_port=metrics_port, exit_timeout_s=exit_timeout_s, instance_tag=self.instance_tag,
+                      admin_key=self.admin_key, address=address, extra=list(extra))
+        super().__init__(cmd, port=http_port, log_path=log_path, reaper=reaper)
 
-    def start(self) -> "TritonProcess":
-        """Start tritonserver in its own session: its process group is the server, its Python stubs
-        and their watchdogs, so one killpg ends all of them."""
-        env = {**os.environ, **self.paths.env}
-        self._log = open(self.log_path, "ab") if self.log_path else None
-        self.proc = subprocess.Popen(self.cmd, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT if self._log else None, start_new_session=True)
-        if self.reaper:
-            self.reaper.register(self.proc.pid)
+    def environment(self) -> dict:
+        return {**os.environ, **self.paths.env}
+
+    def is_ready(self) -> bool:
+        return is_ready(self.http_port)
+
+    def _started(self) -> None:
         self.key_hidden = scrub_argv(self.proc.pid, self.admin_key)
-        return self
 
-    def kill(self) -> None:
-        """kill -9 the server and everything in its process group (its Python stubs)."""
-        self._end_group()
-
-    def _remove_shm(self) -> None:
+    def _ended(self) -> None:
         """Shared-memory regions of this server's Python stubs, left behind when they were killed
         (a stub removes its own only on a clean exit). Nothing of the group runs any more; the prefix
         is this server's own (its HTTP port)."""
@@ -173,48 +164,9 @@ class TritonProcess:
             except OSError:
                 pass
 
-    def _end_group(self) -> int | None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        rc = self.proc.wait()
-        self._remove_shm()
-        if self.reaper:
-            self.reaper.unregister(self.proc.pid)
-        if self._log:
-            self._log.close()
-            self._log = None
-        return rc
-
-    def wait_ready(self, timeout_s: float = 300) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tritonserver exited with {self.proc.returncode} before it was ready"
-                                   + (f"; log: {self.log_path}" if self.log_path else ""))
-            if is_ready(self.http_port):
-                return
-            time.sleep(0.5)
-        raise TimeoutError(f"tritonserver not ready on :{self.http_port} after {timeout_s} s")
-
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 90) -> int | None:
-        """Signal tritonserver (SIGTERM: drain, then exit), wait, then end what is left of its process
-        group. When its exit timeout runs out (idle keep-alive HTTP connections count as activity),
-        tritonserver exits without unloading its models and their Python stubs outlive it: each one
-        holds a model and its KV cache until killed. They share tritonserver's process group."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-        return self._end_group()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+        """SIGTERM: tritonserver drains, then exits. When its exit timeout runs out (idle keep-alive HTTP
+        connections count as activity), tritonserver exits without unloading its models and their
+        Python stubs outlive it: each one holds a model and its KV cache until killed. They share
+        tritonserver's process group, which stop() ends."""
+        return super().stop(sig, timeout_s)

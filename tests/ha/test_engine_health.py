@@ -26,7 +26,7 @@ CHAOS_MIN = long("chaos_min")  # tests/durations.py
 
 @pytest.fixture(scope="module")
 def supervised(cluster):
-    sup = cluster.start_supervisor(say=lambda m: print(f"  [supervisor] {m}", flush=True))
+    sup = cluster.start_supervisor()
     yield cluster
     sup.stop()
 

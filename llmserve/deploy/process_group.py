@@ -1,0 +1,119 @@
+"""A child process in a session of its own, with readiness and a stop that leaves nothing behind: what
+TritonProcess (deploy/tritonserver.py) and FrontendProcess (deploy/frontend.py) have in common.
+
+Its own session makes the child's process group everything it forks (tritonserver's Python stubs and
+their watchdogs), so one killpg ends all of it; a terminal's Ctrl-C reaches only the supervisor, which
+stops its children in order. The group is registered with the supervisor's reaper (deploy/reaper.py),
+so it goes too when the supervisor is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional
+
+from .reaper import Reaper
+
+
+class ProcessGroup:
+    """Subclasses give `what` (for messages), `port` and `is_ready()`; the rest is shared."""
+
+    what = "process"
+    ready_poll_s = 0.5
+    stop_timeout_s = 90.0
+
+    def __init__(self, cmd: list[str], *, port: int, log_path: Optional[Path] = None, reaper: Optional[Reaper] = None):
+        self.cmd, self.port, self.log_path, self.reaper = cmd, port, log_path, reaper
+        self.proc: Optional[subprocess.Popen] = None
+        self.started_at = 0.0  # time.monotonic() of the last start: the supervisor's back-off reads it
+        self._log = None
+
+    # --- what subclasses may change ----------------------------------------------------------------
+    def environment(self) -> Optional[dict]:
+        """The child's environment, read at each start (None: ours)."""
+        return None
+
+    def is_ready(self) -> bool:
+        raise NotImplementedError
+
+    def _started(self) -> None:
+        """Called right after each start."""
+
+    def _ended(self) -> None:
+        """Called once nothing of the group runs any more."""
+
+    # --- shared ------------------------------------------------------------------------------------
+    def start(self):
+        """Start (again): first end whatever is left of a previous run's process group."""
+        if self.proc is not None:
+            self._end_group()
+        self._log = open(self.log_path, "ab") if self.log_path else None
+        self.proc = subprocess.Popen(self.cmd, env=self.environment(), stdout=self._log,
+                                     stderr=subprocess.STDOUT if self._log else None, start_new_session=True)
+        self.started_at = time.monotonic()
+        if self.reaper:
+            self.reaper.register(self.proc.pid)
+        self._started()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return None if self.proc is None else self.proc.poll()
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        """Until is_ready(); RuntimeError if the process exits first, TimeoutError after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.what} exited with {self.proc.returncode} before it was ready"
+                                   + (f"; log: {self.log_path}" if self.log_path else ""))
+            if self.is_ready():
+                return
+            time.sleep(self.ready_poll_s)
+        raise TimeoutError(f"{self.what} not ready on :{self.port} after {timeout_s} s")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: Optional[float] = None) -> Optional[int]:
+        """Signal the process (SIGTERM: finish in-flight work, then exit), wait up to timeout_s, then end
+        what is left of its process group. Returns its exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(self.stop_timeout_s if timeout_s is None else timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        return self._end_group()
+
+    def kill(self) -> None:
+        """kill -9 the process and everything in its process group; for one that has exited already, this
+        ends what outlived it (a dead tritonserver's stubs still hold the model and its KV cache)."""
+        if self.proc is not None:
+            self._end_group()
+
+    def _end_group(self) -> Optional[int]:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        rc = self.proc.wait()
+        self._ended()
+        if self.reaper:
+            self.reaper.unregister(self.proc.pid)
+        if self._log:
+            self._log.close()
+            self._log = None
+        return rc
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

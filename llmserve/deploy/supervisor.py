@@ -1,0 +1,159 @@
+"""One restart-with-back-off for every process llmserve keeps running: tritonserver under
+deploy/serve.py, the cluster's replicas and the OpenAI frontends (deploy/cluster.py).
+
+A child that exits by itself (a crash, its engine stub's watchdog taking tritonserver down, a rolling
+restart's SIGTERM) is started again. An exit within QUICK_EXIT_S of its start counts as quick; after n
+quick exits in a row the next start waits 1, 2, 4 ... up to MAX_BACKOFF_S seconds, so a crash loop does
+not spin, and a child that ran for a while comes back at once.
+
+The supervisor polls (`poll()`, or `run()` until an event is set); it never blocks on one child, so
+one loop watches any number of them. A child whose lock someone else holds (a rolling restart that
+stops and starts it itself) is left alone until it is released.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+logger = logging.getLogger(__name__)
+
+QUICK_EXIT_S = 60.0  # an exit sooner than this after a start counts towards the back-off
+MAX_BACKOFF_S = 30.0
+
+
+class Child(Protocol):
+    """What the supervisor needs of a child (ProcessGroup and cluster.Replica have it)."""
+
+    started_at: float  # the clock's time of the last start
+
+    def start(self) -> object: ...
+
+    def alive(self) -> bool: ...
+
+    def kill(self) -> None:
+        """End whatever is left of the child (for one that exited: what outlived it)."""
+
+    @property
+    def returncode(self) -> Optional[int]: ...
+
+
+@dataclass
+class Backoff:
+    quick_s: float = QUICK_EXIT_S
+    max_s: float = MAX_BACKOFF_S
+    quick_exits: int = 0  # in a row
+
+    def after_exit(self, ran_s: float) -> float:
+        """Seconds to wait before the next start, for an exit ran_s seconds after the last start."""
+        self.quick_exits = self.quick_exits + 1 if ran_s < self.quick_s else 0
+        return min(self.max_s, 2.0 ** (self.quick_exits - 1)) if self.quick_exits else 0.0
+
+
+@dataclass
+class Supervised:
+    name: str
+    child: Child
+    backoff: Backoff
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    restart_if: Optional[Callable[[], bool]] = None  # asked when an exit is noticed; False: give up on it
+    on_start: Optional[Callable[[], None]] = None  # after each restart
+    next_start_at: Optional[float] = None  # set while an exit waits out its back-off
+    gave_up: bool = False
+
+
+class Supervisor:
+    def __init__(self, *, quick_s: float = QUICK_EXIT_S, max_s: float = MAX_BACKOFF_S,
+                 clock: Callable[[], float] = time.monotonic):
+        """clock: what the children's started_at is read against (time.monotonic; tests pass a fake)."""
+        self.quick_s, self.max_s, self.clock = quick_s, max_s, clock
+        self.entries: list[Supervised] = []
+        self.halted = False
+        self._pass = threading.RLock()  # held for a whole poll(); halt() waits for it
+
+    def add(self, name: str, child: Child, *, lock: Optional[threading.RLock] = None,
+            restart_if: Optional[Callable[[], bool]] = None, on_start: Optional[Callable[[], None]] = None) -> Supervised:
+        """lock: the child's own, when others (a rolling restart) also restart it."""
+        entry = Supervised(name, child, Backoff(self.quick_s, self.max_s), restart_if=restart_if, on_start=on_start)
+        if lock is not None:
+            entry.lock = lock
+        self.entries.append(entry)
+        return entry
+
+    def halt(self) -> None:
+        """No more starts: the children are about to be stopped. Returns once a poll in progress (in
+        another thread) is over; from a signal handler on the polling thread it does not wait (the
+        lock is re-entrant) and the pass checks `halted` before each start."""
+        self.halted = True
+        with self._pass:
+            pass
+
+    def poll(self) -> list[str]:
+        """One look at every child: start again those whose back-off is over. Returns their names."""
+        started = []
+        with self._pass:
+            for entry in self.entries:
+                if self.halted:
+                    break
+                if entry.gave_up or not entry.lock.acquire(blocking=False):
+                    continue  # someone else (a rolling restart) is stopping and starting it
+                try:
+                    if self._revive(entry):
+                        started.append(entry.name)
+                finally:
+                    entry.lock.release()
+        return started
+
+    def _revive(self, entry: Supervised) -> bool:
+        child = entry.child
+        if child.alive():
+            entry.next_start_at = None  # started again by someone else meanwhile
+            return False
+        now = self.clock()
+        if entry.next_start_at is None:  # just noticed
+            child.kill()  # what outlived it (tritonserver's stubs hold the model and the KV cache)
+            if entry.restart_if is not None and not entry.restart_if():
+                entry.gave_up = True
+                logger.error("%s exited (%s); not starting it again", entry.name, child.returncode)
+                return False
+            delay = entry.backoff.after_exit(now - child.started_at)
+            entry.next_start_at = now + delay
+            logger.warning("%s exited (%s); starting it again%s", entry.name, child.returncode,
+                           f" in {delay:g} s ({entry.backoff.quick_exits} quick exits in a row)" if delay else "")
+        if now < entry.next_start_at or self.halted:
+            return False
+        entry.next_start_at = None
+        child.start()
+        if entry.on_start is not None:
+            entry.on_start()
+        return True
+
+    def run(self, stop: threading.Event, period_s: float = 0.2, *, check: Optional[Callable[[], bool]] = None,
+            on_restart: Optional[Callable[[list[str]], None]] = None) -> None:
+        """poll() every period_s until `stop` is set or check() (after each poll) returns False.
+        on_restart(names) after a poll that started something."""
+        while not stop.wait(period_s):
+            names = self.poll()
+            if names and on_restart is not None:
+                on_restart(names)
+            if check is not None and not check():
+                return
+
+    def start_thread(self, **run_kw) -> "SupervisorThread":
+        """run() in a daemon thread (tests, tools/chaos.py); `.stop()` ends it."""
+        return SupervisorThread(self, **run_kw)
+
+
+class SupervisorThread:
+    def __init__(self, supervisor: Supervisor, **run_kw):
+        self.event = threading.Event()
+        self.thread = threading.Thread(target=supervisor.run, args=(self.event,), kwargs=run_kw,
+                                       name="llmserve-supervisor", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.event.set()
+        self.thread.join(10)

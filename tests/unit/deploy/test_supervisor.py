@@ -1,0 +1,141 @@
+"""The one restart-with-back-off (deploy/supervisor.py), with a fake clock and fake children."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from llmserve.deploy.supervisor import MAX_BACKOFF_S, QUICK_EXIT_S, Backoff, Supervisor
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeChild:
+    def __init__(self, clock: Clock):
+        self.clock, self.starts, self.kills = clock, 0, 0
+        self.running, self.started_at, self.returncode = False, 0.0, None
+
+    def start(self):
+        self.starts += 1
+        self.running, self.started_at, self.returncode = True, self.clock(), None
+        return self
+
+    def alive(self) -> bool:
+        return self.running
+
+    def kill(self) -> None:
+        self.kills += 1
+
+    def exit(self, rc: int = 1) -> None:
+        self.running, self.returncode = False, rc
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def test_backoff_doubles_with_quick_exits_in_a_row_up_to_the_cap():
+    b = Backoff()
+    assert [b.after_exit(1.0) for _ in range(7)] == [1, 2, 4, 8, 16, MAX_BACKOFF_S, MAX_BACKOFF_S]
+    assert b.after_exit(QUICK_EXIT_S + 1) == 0  # it ran a while: back at once, and the count starts over
+    assert b.after_exit(1.0) == 1
+
+
+def test_a_child_that_ran_a_while_comes_back_at_once(clock):
+    sup = Supervisor(clock=clock)
+    child = FakeChild(clock).start()
+    sup.add("triton0", child)
+    assert sup.poll() == []
+    clock.now += QUICK_EXIT_S + 5
+    child.exit()
+    assert sup.poll() == ["triton0"]
+    assert child.starts == 2 and child.kills == 1  # what outlived it was ended before the new start
+
+
+def test_a_crash_loop_waits_1_2_4_seconds(clock):
+    sup = Supervisor(clock=clock)
+    child = FakeChild(clock).start()
+    sup.add("triton0", child)
+    for delay in (1, 2, 4):
+        clock.now += 0.5  # dies half a second after each start
+        child.exit()
+        assert sup.poll() == []  # noticed: waits `delay` seconds
+        clock.now += delay - 0.1
+        assert sup.poll() == []
+        clock.now += 0.1
+        assert sup.poll() == ["triton0"]
+    assert child.starts == 4
+
+
+def test_a_child_whose_lock_is_held_is_left_to_its_holder(clock):
+    sup = Supervisor(clock=clock)
+    child = FakeChild(clock).start()
+    lock = threading.RLock()
+    sup.add("triton0", child, lock=lock)
+    child.exit()
+    held = threading.Event()
+    release = threading.Event()
+
+    def rolling_restart():
+        with lock:
+            held.set()
+            release.wait(5)
+            child.start()  # the holder starts it itself
+
+    t = threading.Thread(target=rolling_restart)
+    t.start()
+    held.wait(5)
+    assert sup.poll() == []
+    release.set()
+    t.join(5)
+    assert sup.poll() == [] and child.starts == 2
+
+
+def test_restart_if_false_gives_up(clock):
+    sup = Supervisor(clock=clock)
+    child = FakeChild(clock).start()
+    entry = sup.add("tritonserver", child, restart_if=lambda: False)
+    child.exit(3)
+    assert sup.poll() == [] and entry.gave_up
+    clock.now += 100
+    assert sup.poll() == [] and child.starts == 1
+
+
+def test_halt_stops_every_start_even_one_waiting_out_its_backoff(clock):
+    sup = Supervisor(clock=clock)
+    child = FakeChild(clock).start()
+    sup.add("openai0", child)
+    clock.now += 0.5
+    child.exit()
+    sup.poll()
+    sup.halt()
+    clock.now += 100
+    assert sup.poll() == [] and child.starts == 1
+
+
+def test_on_start_runs_after_each_restart(clock):
+    sup = Supervisor(clock=clock)
+    child = FakeChild(clock).start()
+    seen = []
+    sup.add("tritonserver", child, on_start=lambda: seen.append(child.starts))
+    clock.now += QUICK_EXIT_S + 1
+    child.exit()
+    sup.poll()
+    assert seen == [2]
+
+
+def test_run_stops_when_check_fails_and_reports_restarts(clock):
+    sup = Supervisor(clock=clock)
+    child = FakeChild(clock)  # never started: exits count from started_at 0, long ago
+    sup.add("triton0", child)
+    restarted = []
+    sup.run(threading.Event(), period_s=0.0, check=lambda: not restarted, on_restart=restarted.append)
+    assert restarted == [["triton0"]] and child.alive()
