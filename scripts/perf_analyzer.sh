@@ -39,7 +39,6 @@ mkdir -p "$OUT_DIR"
 DATA="$OUT_DIR/input_data.json"
 $PYTHON - "$CHECKPOINT" "$INPUT_LEN" "$OUTPUT_LEN" "$DATA" <<'PY'
 import json, sys
-sys.path.insert(0, ".")
 from llmserve.bench.workload import make_prompts
 ckpt, n_in, n_out, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rows = [{"text_input": [p.text], "max_tokens": [n_out], "min_tokens": [n_out], "stream": [True],

@@ -6,11 +6,8 @@ Example: python tools/bench.py --url localhost:8001 --concurrency 1,8 --input-le
 See llmserve/bench/ and docs/PERFORMANCE.md."""
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from llmserve.bench.cli import main  # noqa: E402
+from llmserve.bench.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import uvicorn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from llmserve.openai_api.app import create_app  # noqa: E402
-from llmserve.openai_api.auth import KeyCheck  # noqa: E402
-from llmserve.openai_api.config import settings_from_spec  # noqa: E402
-from llmserve.openai_api.scripted import ScriptedEnsemble  # noqa: E402
-from llmserve.openai_api.service import Service  # noqa: E402
-from llmserve.spec import DEFAULT_SPEC, load_spec  # noqa: E402
+from llmserve.openai_api.app import create_app
+from llmserve.openai_api.auth import KeyCheck
+from llmserve.openai_api.config import settings_from_spec
+from llmserve.openai_api.scripted import ScriptedEnsemble
+from llmserve.openai_api.service import Service
+from llmserve.spec import DEFAULT_SPEC, load_spec
 
 
 def main() -> int:

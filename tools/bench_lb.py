@@ -25,13 +25,11 @@ from pathlib import Path
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from llmserve.checkpoint import build_checkpoint  # noqa: E402
-from llmserve.deploy.cluster import Cluster  # noqa: E402
-from llmserve.deploy.tritonserver import free_ports  # noqa: E402
-from llmserve.repository.writer import write_repository  # noqa: E402
-from llmserve.spec import load_spec  # noqa: E402
+from llmserve.checkpoint import build_checkpoint
+from llmserve.deploy.cluster import Cluster
+from llmserve.deploy.tritonserver import free_ports
+from llmserve.repository.writer import write_repository
+from llmserve.spec import load_spec
 
 
 def run_load(url: str, body: dict | None, n: int, conc: int) -> dict:

@@ -21,16 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import tritonclient.grpc as grpcclient
 
-import numpy as np  # noqa: E402
-import tritonclient.grpc as grpcclient  # noqa: E402
-
-from llmserve.checkpoint import build_checkpoint  # noqa: E402
-from llmserve.deploy.tritonserver import TritonProcess, free_ports  # noqa: E402
-from llmserve.repository.writer import write_repository  # noqa: E402
-from llmserve.spec import load_spec  # noqa: E402
+from llmserve.checkpoint import build_checkpoint
+from llmserve.deploy.tritonserver import TritonProcess, free_ports
+from llmserve.repository.writer import write_repository
+from llmserve.spec import ROOT, load_spec
 
 
 def _spec(path: str, max_output: int):

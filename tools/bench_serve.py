@@ -14,11 +14,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tools")]
-
-from conftest import start_server  # noqa: E402  (the same server start-up the tests use)
-from llmserve.bench.soak import sample  # noqa: E402
+from llmserve.bench.soak import sample, start_server
+from llmserve.spec import ROOT
 
 
 def main() -> int:
@@ -32,22 +29,23 @@ def main() -> int:
     spec = Path(args.spec).resolve()
     repo = ROOT / "model_repository" if spec == ROOT / "specs/default.yaml" else None
     server = start_server(spec, Path(tempfile.mkdtemp()), repository=repo)
+    http, grpc = f"localhost:{server.http_port}", f"localhost:{server.grpc_port}"
     peak, stop = {"rss_kb": 0}, threading.Event()
 
     def watch():
         while not stop.wait(0.5):
-            total = sum(p["rss_kb"] for p in sample(server.process.proc.pid).values())
+            total = sum(p["rss_kb"] for p in sample(server.proc.pid).values())
             peak["rss_kb"] = max(peak["rss_kb"], total)
 
     threading.Thread(target=watch, daemon=True).start()
     try:
         extra = [a for a in args.bench_args if a != "--"]
-        cmd = [sys.executable, str(ROOT / "tools/bench.py"), "--url", server.grpc, "--http-url", server.http,
+        cmd = [sys.executable, str(ROOT / "tools/bench.py"), "--url", grpc, "--http-url", http,
                "--spec", str(spec), "--out", str(out), *extra]
         rc = subprocess.call(cmd)
     finally:
         stop.set()
-        server.process.stop()
+        server.stop()
     (out / "server_memory.json").write_text(json.dumps({"peak_rss_mb": peak["rss_kb"] / 1024}, indent=2))
     print(f"server peak RSS (tritonserver + Python stubs): {peak['rss_kb'] / 1024:.0f} MiB")
     return rc

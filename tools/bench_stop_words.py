@@ -14,14 +14,11 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from llmserve.request.word_lists import MAX_TOTAL_CHARS, MAX_WORD_CHARS, MAX_WORDS  # noqa: E402
-from llmserve.text.stop_words import StopMatcher  # noqa: E402
-from llmserve.text.tokenizer import load_fast  # noqa: E402
+from llmserve.request.word_lists import MAX_TOTAL_CHARS, MAX_WORD_CHARS, MAX_WORDS
+from llmserve.text.stop_words import StopMatcher
+from llmserve.text.tokenizer import load_fast
+from llmserve.spec import ROOT
 
 
 def main(argv=None) -> int:

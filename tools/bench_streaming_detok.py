@@ -23,21 +23,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from tokenizers import Tokenizer, decoders, models, normalizers
+from tokenizers.decoders import DecodeStream
 
-from tokenizers import Tokenizer, decoders, models, normalizers  # noqa: E402
-from tokenizers.decoders import DecodeStream  # noqa: E402
+from llmserve.contract import CONTEXT_TOKENS
+from llmserve.engine.sampling import SamplingParams
+from llmserve.pipeline.postprocess import postprocess
+from llmserve.request.token_request import EngineRequest
+from llmserve.text.detokenize import Detokenizer
+from llmserve.text.tokenizer import load_fast
+from llmserve.pipeline.relay import RelayStream
+from llmserve.spec import ROOT
 
-from llmserve.contract import CONTEXT_TOKENS  # noqa: E402
-from llmserve.engine.sampling import SamplingParams  # noqa: E402
-from llmserve.pipeline.postprocess import postprocess  # noqa: E402
-from llmserve.request.token_request import EngineRequest  # noqa: E402
-from llmserve.text.detokenize import Detokenizer  # noqa: E402
-from llmserve.text.tokenizer import load_fast  # noqa: E402
-from llmserve.pipeline.relay import RelayStream  # noqa: E402
 
 TEXT = "The quick brown fox jumps over the lazy dog. 你好，世界！🎉👩‍👩‍👧 Écris en français. 日本語で答えてください。\n"
 

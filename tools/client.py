@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from llmserve.client.failover import FailoverClient, GenerationError, Stats  # noqa: E402
+from llmserve.client.failover import FailoverClient, GenerationError, Stats
 
 
 def main(argv=None) -> int:

@@ -279,12 +279,14 @@ def summary(report: dict) -> str:
     return "\n".join(lines)
 
 
-def start_server(spec_path: Path, workdir: Path) -> TritonProcess:
-    """A server of its own for the soak: the spec's repository generated into workdir, free ports."""
+def start_server(spec_path: Path, workdir: Path, repository: Path | None = None) -> TritonProcess:
+    """A server of its own for a measurement (the soak, tools/bench_serve.py), on free ports, ready:
+    `repository`, or the spec's generated into workdir."""
     spec = load_spec(spec_path)
     build_checkpoint(spec)
-    repository = workdir / "model_repository"
-    write_repository(spec, spec_path.name, repository)
+    if repository is None:
+        repository = workdir / "model_repository"
+        write_repository(spec, spec_path.name, repository)
     http, grpc, metrics = free_ports(3)
     server = TritonProcess(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
                            exit_timeout_s=spec.serving.exit_timeout_s, log_path=workdir / f"tritonserver-{http}.log")

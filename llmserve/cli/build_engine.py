@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build what a spec's engine needs.
 
   engine.kind = torch:        the local safetensors checkpoint (converted from the spec's source).
@@ -6,25 +5,24 @@
 
     python scripts/build_engine.py --spec specs/default.yaml
     python scripts/build_engine.py --spec specs/trtllm-1gpu.yaml --dry-run
+
+(also the `llmserve-build-engine` command)
 """
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from llmserve.checkpoint import build_checkpoint  # noqa: E402
-from llmserve.logs import configure  # noqa: E402
-from llmserve.spec import ROOT, SpecError, load_spec  # noqa: E402
+from ..checkpoint import build_checkpoint
+from ..logs import configure
+from ..spec import ROOT, SpecError, load_spec
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", default=str(ROOT / "specs/default.yaml"))
     ap.add_argument("--force", action="store_true", help="rebuild even if the output exists")
     ap.add_argument("--dry-run", action="store_true", help="tensorrtllm: print the commands, run nothing")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     configure("info")  # the build's progress lines (llmserve.checkpoint, llmserve.trtllm.build)
     try:
         spec = load_spec(args.spec)
@@ -33,7 +31,7 @@ def main() -> int:
         return 2
     try:
         if spec.engine.kind == "tensorrtllm":
-            from llmserve.trtllm.build import build_trtllm_engine
+            from ..trtllm.build import build_trtllm_engine
 
             return build_trtllm_engine(spec, args.spec, dry_run=args.dry_run, force=args.force)
         if args.dry_run:

@@ -1,22 +1,21 @@
-#!/usr/bin/env python3
 """Render every config.pbtxt (and copy each model.py) of a model repository from one spec.
 
     python tools/generate.py --spec specs/default.yaml --out model_repository
     python tools/generate.py --spec specs/default.yaml --check   # CI: fail on drift
     python tools/generate.py --spec specs/tiny-trtllm.yaml --out /tmp/r --standin   # CI stand-in for TensorRT-LLM
+
+(also the `llmserve-generate` command)
 """
 
 import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from llmserve.repository.writer import check_repository, spec_label, write_repository  # noqa: E402
-from llmserve.spec import ROOT, SpecError, load_spec  # noqa: E402
+from ..repository.writer import check_repository, spec_label, write_repository
+from ..spec import ROOT, SpecError, load_spec
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", default=str(ROOT / "specs/default.yaml"))
     ap.add_argument("--out", help="model repository directory to write")
@@ -24,7 +23,7 @@ def main() -> int:
     ap.add_argument("--standin", action="store_true",
                     help="engine.kind tensorrtllm: serve the C++ backend's model with the CI stand-in "
                          "(llmserve/pipeline/standin.py); every other model exactly as for production")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
         spec = load_spec(args.spec)
     except SpecError as e:

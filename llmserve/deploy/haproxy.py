@@ -264,7 +264,6 @@ def check_config(path: Path, haproxy: str = "haproxy") -> None:
 def main(argv=None) -> int:
     import argparse
 
-
     ap = argparse.ArgumentParser(description="Print or write haproxy.cfg for a spec.")
     ap.add_argument("--spec", default=str(DEFAULT_SPEC))
     ap.add_argument("--replicas", type=int)

@@ -9,8 +9,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
-sys.path.insert(0, ".")
-from llmserve.bench.workload import make_prompts  # noqa: E402
+from llmserve.bench.workload import make_prompts
 
 ckpt, out_path = sys.argv[1], sys.argv[2]
 default_bs = [int(x) for x in sys.argv[3].split(",") if x]

@@ -17,13 +17,12 @@ from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, ".")
-from llmserve.engine.cuda_graphs import DecodeGraphs, GraphOptions  # noqa: E402
-from llmserve.engine.engine import Engine  # noqa: E402
-from llmserve.engine.llama import LlamaModel  # noqa: E402
-from llmserve.engine.prefill_graphs import PrefillGraphs  # noqa: E402
-from llmserve.engine.sampling import SamplingParams  # noqa: E402
-from llmserve.engine.sequence import Sequence  # noqa: E402
+from llmserve.engine.cuda_graphs import DecodeGraphs, GraphOptions
+from llmserve.engine.engine import Engine
+from llmserve.engine.llama import LlamaModel
+from llmserve.engine.prefill_graphs import PrefillGraphs
+from llmserve.engine.sampling import SamplingParams
+from llmserve.engine.sequence import Sequence
 
 ckpt, out_path = sys.argv[1], sys.argv[2]
 GPU = torch.cuda.is_available()  # without one: a smoke run of this script on a CPU (tiny checkpoint, few steps)

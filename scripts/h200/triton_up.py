@@ -4,8 +4,7 @@ its own session, wait until ready, print its PID. Usage: triton_up.py REPO HTTP 
 import sys
 import time
 
-sys.path.insert(0, ".")
-from llmserve.deploy.tritonserver import TritonProcess  # noqa: E402
+from llmserve.deploy.tritonserver import TritonProcess
 
 repo, http, grpc, metrics, log = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
 t0 = time.time()
