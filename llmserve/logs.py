@@ -37,7 +37,9 @@ FORMATS = ("text", "json")
 _request_id: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("llmserve_request_id", default=None)
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is a field of its own.
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "request_id"}
+# (uvicorn adds `color_message`, its message with terminal colours: not a field.)
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "request_id",
+                                                                       "color_message"}
 
 
 # --- the request id -----------------------------------------------------------------------------------

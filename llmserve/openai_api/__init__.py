@@ -2,6 +2,7 @@
 Triton servers: FastAPI + uvicorn, gRPC streaming to the ensemble with failover and stream resume.
 
     app.py       HTTP routes, SSE, errors in OpenAI's format, client hang-up
+    access.py    the request id (X-Request-Id in and out, sent on to Triton) and one access line per request
     protocol.py  request models: what is honoured, what is refused (400 naming the field)
     prompts.py   chat template, exact prompt token count, token budget
     service.py   one completion: ensemble inputs, usage, finish reason, metrics; gRPC to the ensemble
