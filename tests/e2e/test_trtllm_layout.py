@@ -106,6 +106,17 @@ def test_non_streaming_includes_the_prompt_unless_excluded(stream):
 
 
 @pytest.mark.parametrize("model", [C.BACKEND, C.ENGINE])
+def test_a_direct_client_gets_only_the_outputs_it_asked_for(stream, model):
+    """Both models send only request.requested_output_names(): an unrequested tensor handed to a decoupled
+    response sender kills a Python 3.12 stub (tests/e2e/test_stub_python.py)."""
+    stream.send(model, _inputs(4, min_tokens=4, streaming=True, return_log_probs=True), "o1",
+                ["output_ids", "sequence_length"])
+    got, err = stream.until_final("o1")
+    assert err is None and got
+    assert all({o.name for o in r.get_response().outputs} == {"output_ids", "sequence_length"} for r in got)
+
+
+@pytest.mark.parametrize("model", [C.BACKEND, C.ENGINE])
 def test_stop_input_cancels_by_request_id(stream, model):
     """TensorRT-LLM's `stop`: a request with stop=true and the same request id ends the generation
     (directly on the backend model, and forwarded by the relay)."""
