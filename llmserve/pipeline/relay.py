@@ -21,6 +21,7 @@ with the Triton utils module passed in, so the model.py adapter only hands reque
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..contract import ErrorKind
 from ..errors import RequestError, triton_error
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
@@ -156,7 +158,13 @@ class Relay:
             req.streaming = False  # one answer per request (serving.streaming: false)
         inner_id = f"{outer or 'relay'}:{uuid.uuid4().hex}"
         with self.inner.registered(outer, lambda: send_stop(pb, self.target, inner_id)):
-            self._relay(request, req, inner_id, sender)
+            try:
+                self._relay(request, req, inner_id, sender)
+            except Exception as e:  # the BLS call or a send failed: never leave the client waiting
+                log.exception("relay request %s failed", inner_id)
+                with contextlib.suppress(Exception):  # (fails if the final response went out already)
+                    sender.send(pb.InferenceResponse(error=triton_error(pb, f"relay: {e}", ErrorKind.INTERNAL)),
+                                flags=final)
 
     def _relay(self, request, req: EngineRequest, inner_id: str, sender) -> None:
         pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL

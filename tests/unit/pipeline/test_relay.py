@@ -233,6 +233,17 @@ def test_backend_errors_keep_their_meaning():
         assert (response.error().message(), response.error().code, flags) == (message, code, FINAL)
 
 
+def test_a_failing_backend_call_still_answers_the_client(caplog):
+    def broken(bls):
+        raise RuntimeError("Failed for execute the inference request. Model 'backend' is not ready.")
+
+    request = generation()
+    relay_for(FakePb({"backend": broken})).serve(request, request.sender)
+    ((response, flags),) = request.sender.sent
+    assert flags == FINAL and response.error().code == "INTERNAL" and "not ready" in response.error().message()
+    assert "relay request r1:" in caplog.text
+
+
 def test_unary_execution_answers_each_request_once():
     pb = FakePb({"backend": Backend()})
     include_prompt = generation("b", exclude_input_in_output=np.array([[False]]))
