@@ -283,10 +283,14 @@ class Standin:
     def submit(self, req: BackendRequest, send: Send, is_cancelled: Callable[[], bool], triton_id: str) -> None:
         stream = StandinStream(req, send, on_done=lambda: self.active.remove(triton_id, stream.cancel))
         self.active.add(triton_id, stream.cancel)
-        # Always streamed inside: stop words are matched token by token, as the executor does. The
-        # engine throttles is_cancelled() itself (one poll of every request per period).
-        self.engine.submit(Sequence(prompt=req.prompt, params=req.params, on_output=stream.on_output, streaming=True,
-                                    is_cancelled=lambda: stream.stopped or is_cancelled()))
+        try:
+            # Always streamed inside: stop words are matched token by token, as the executor does. The
+            # engine throttles is_cancelled() itself (one poll of every request per period).
+            self.engine.submit(Sequence(prompt=req.prompt, params=req.params, on_output=stream.on_output,
+                                        streaming=True, is_cancelled=lambda: stream.stopped or is_cancelled()))
+        except Exception:  # refused (a full queue): it never runs, so it must not stay registered
+            self.active.remove(triton_id, stream.cancel)
+            raise
 
     def shutdown(self) -> None:
         self.service.shutdown()
