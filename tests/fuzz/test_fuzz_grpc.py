@@ -197,7 +197,7 @@ def _run(fuzz_target, emit, title, send):
     assert not tally.failures, f"{tally.failures[:5]}\nserver log:\n{log}"
     assert not alongside.errors, alongside.errors[:5]
     assert is_ready(fuzz_target.http)
-    assert tally.total >= min(EXAMPLES, 200)
+    assert tally.total >= EXAMPLES // 2  # most cases ran (hypothesis may stop a little short)
 
 
 def test_grpc_unary_hostile_inputs(fuzz_target, emit):

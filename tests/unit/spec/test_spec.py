@@ -41,7 +41,8 @@ def test_every_committed_spec_loads(path):
 
 def test_defaults_of_a_minimal_spec(tmp_path):
     spec = _spec(tmp_path, MINIMAL)
-    assert spec.engine.kind == "torch" and spec.engine.max_seq_len == spec.engine.max_input_len + spec.engine.max_output_len
+    assert spec.engine.kind == "torch"
+    assert spec.engine.max_seq_len == spec.engine.max_input_len + spec.engine.max_output_len
     assert spec.serving.streaming and spec.serving.unary_twins and not spec.model.trust_remote_code
     assert spec.postprocessing.dynamic_batching.preserve_ordering
     assert spec.checkpoint_path() == ROOT / "build/checkpoints/m"  # relative paths are relative to the root
