@@ -8,7 +8,8 @@ things at any length; a longer run only gives rarer faults more chances to show.
 
 The profile is LLMSERVE_TEST_PROFILE; unset, it is `ci` when the CI environment variable is set (as CI
 runners do) and `full` otherwise. An entry's own environment variable, when set, overrides both
-(`LLMSERVE_SOAK_S=600 pytest tests/reliability/test_soak_short.py`). The hour-long versions are the tools
+(`LLMSERVE_SOAK_S=600 pytest tests/reliability/test_soak_short.py`). The ci profile also fuzzes a fixed
+set of cases (`fuzz_derandomize`). The hour-long versions are the tools
 themselves: `python tools/soak.py`, `python tools/chaos.py --minutes 20`."""
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def examples(name: str) -> int:
     return int(long(name))
 
 
+def fuzz_derandomize() -> bool:
+    """The ci profile fuzzes the same cases every run (hypothesis's derandomize: a seed fixed per
+    test), so a submission never fails on a case no earlier run drew; the full profile draws new
+    cases every run, to find what CI's fixed set does not reach."""
+    return profile() == "ci"
+
+
 def describe() -> str:
     """One line for pytest's header: what this run's long tests do."""
-    return f"durations profile {profile()}: " + ", ".join(f"{n} {long(n):g}" for n in LONG)
+    fixed = "fixed" if fuzz_derandomize() else "new random"
+    return (f"durations profile {profile()}: " + ", ".join(f"{n} {long(n):g}" for n in LONG)
+            + f"; fuzz draws {fixed} cases")

@@ -9,6 +9,9 @@ Categories (printed at the end of each test):
   client_error_other      another 4xx / documented client-error gRPC code (e.g. 413)
   triton_frontend_500     HTTP 500 from Triton's HTTP frontend for JSON it cannot parse or convert
                           (upstream PR #8773): known upstream, the message is asserted
+  stream_on_generate      HTTP 200 with Triton's "generate expects model to produce exactly 1 response"
+                          for "stream": true sent to the non-streaming generate endpoint: upstream
+                          behaviour, counted only when the request asked to stream
   server_error_ours       any other 5xx / INTERNAL: a bug in OUR code -> test failure
   timeout                 no answer within the client timeout -> test failure
 """

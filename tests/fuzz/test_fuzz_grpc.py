@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from llmserve.contract import ENSEMBLE, ENSEMBLE_INPUTS, UNARY_SUFFIX
 
-from ..durations import examples
+from ..durations import examples, fuzz_derandomize
 from .fuzz_lib import (
     Alongside,
     Tally,
@@ -173,7 +173,7 @@ class Stream:
         self.client.close()
 
 
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=fuzz_derandomize(), print_blob=True,
                 suppress_health_check=list(HealthCheck))
 
 

@@ -18,7 +18,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..durations import examples
+from ..durations import examples, fuzz_derandomize
 from ..processes import load_bound
 from .fuzz_lib import (
     Alongside,
@@ -140,6 +140,20 @@ def valid_body(draw) -> tuple[str, bytes]:
 
 
 # --- sending and classifying ----------------------------------------------------------------------
+# Triton 2.51's generate endpoint, asked for a stream ("stream": true) that has more than one response,
+# answers HTTP 200 with this error (upstream behaviour, also with TensorRT-LLM's backend): the client
+# sent "stream" to the non-streaming endpoint, and the message tells it to use generate_stream.
+GENERATE_ONE_RESPONSE = "generate expects model to produce exactly 1 response, use generate stream"
+
+
+def _streams(raw: bytes) -> bool:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and bool(doc.get("stream"))
+
+
 def send(session: requests.Session, http: str, endpoint: str, raw: bytes) -> tuple[str, str]:
     url = f"http://{http}/v2/models/ensemble/{endpoint}"
     try:
@@ -149,7 +163,10 @@ def send(session: requests.Session, http: str, endpoint: str, raw: bytes) -> tup
     except requests.ConnectionError as e:
         return "server_error_ours", f"connection error: {e}"
     if endpoint == "generate" or not r.text.startswith("data:"):
-        return classify_http(r.status_code, r.content)
+        cat, msg = classify_http(r.status_code, r.content)
+        if endpoint == "generate" and cat == "error_under_200" and GENERATE_ONE_RESPONSE in msg and _streams(raw):
+            return "stream_on_generate", msg
+        return cat, msg
     # SSE: every event is JSON; an error may arrive after the first event under HTTP 200 (the status line is already sent).
     events = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
     errors = [e["error"] for e in events if "error" in e]
@@ -165,7 +182,7 @@ def send(session: requests.Session, http: str, endpoint: str, raw: bytes) -> tup
     return "bad_answer", f"{r.status_code} {r.text[:200]}"
 
 
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=False, print_blob=True,
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=fuzz_derandomize(), print_blob=True,
                 suppress_health_check=list(HealthCheck))
 
 
