@@ -37,7 +37,7 @@ from pathlib import Path
 from ..checkpoint import build_checkpoint
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .frontend import Frontends
-from .haproxy import Backend, check_config, render
+from .haproxy import OPENAI_BACKEND, Backend, check_config, render
 from .haproxy_runtime import RuntimeAPI, rolling_restart
 from .reaper import Reaper
 from .serve import LOG_FORMAT, prepare_repository
@@ -200,6 +200,10 @@ class Cluster:
         self.wait_all_up()
         if self.frontends:
             self.frontends.wait_ready()
+            # HAProxy marked them DOWN while they started (checks fail until a frontend sees a ready
+            # Triton server): until it has seen `rise` good checks, the OpenAI port answers 503.
+            for name in self.frontends.names():
+                self.api.wait_status(name, "UP", 60, backend=OPENAI_BACKEND)
         return self
 
     def stop(self) -> None:

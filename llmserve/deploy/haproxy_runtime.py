@@ -85,13 +85,14 @@ class RuntimeAPI:
     def status(self, server: str, backend: str = HTTP_BACKEND) -> str:
         return self.stat()[(backend, server)]["status"]
 
-    def wait_status(self, server: str, want: str = "UP", timeout_s: float = 60) -> float:
+    def wait_status(self, server: str, want: str = "UP", timeout_s: float = 60, backend: str = HTTP_BACKEND) -> float:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout_s:
-            if self.status(server) == want:
+            if self.status(server, backend) == want:
                 return time.monotonic() - t0
             time.sleep(0.05)
-        raise TimeoutError(f"haproxy: {server} not {want} after {timeout_s} s (is {self.status(server)})")
+        raise TimeoutError(f"haproxy: {backend}/{server} not {want} after {timeout_s} s "
+                           f"(is {self.status(server, backend)})")
 
 
 def rolling_restart(api: RuntimeAPI, names: list[str], restart: Callable[[str], None], *,
