@@ -4,6 +4,7 @@ of a cancelled ensemble request stops its generation (llmserve.pipeline.cancella
 
 import triton_python_backend_utils as pb_utils
 
+from llmserve.logs import to_triton
 from llmserve.pipeline.cancellation import CancelRelay
 from llmserve.pipeline.options import PostprocessOptions
 from llmserve.pipeline.postprocess import postprocess_batch
@@ -14,6 +15,7 @@ from llmserve.text.tokenizer import load_fast, resolve_dir
 
 class TritonPythonModel:
     def initialize(self, args):
+        to_triton(pb_utils)  # llmserve's log records go to tritonserver's log (llmserve/logs.py)
         repo = args["model_repository"]
         opts = PostprocessOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo))
         self.detok = Detokenizer(load_fast(opts.tokenizer_dir), skip_special_tokens=opts.skip_special_tokens)

@@ -6,6 +6,7 @@ import json
 
 import triton_python_backend_utils as pb_utils
 
+from llmserve.logs import to_triton
 from llmserve.pipeline.options import RelayOptions
 from llmserve.pipeline.relay import Relay
 from llmserve.pipeline.triton_glue import parameters
@@ -14,6 +15,7 @@ from llmserve.text.tokenizer import load_fast, resolve_dir
 
 class TritonPythonModel:
     def initialize(self, args):
+        to_triton(pb_utils)  # llmserve's log records go to tritonserver's log (llmserve/logs.py)
         repo = args["model_repository"]
         opts = RelayOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo))
         decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))

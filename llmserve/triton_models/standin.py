@@ -9,6 +9,7 @@ import json
 import triton_python_backend_utils as pb_utils
 
 from llmserve.finish import FinishReason
+from llmserve.logs import to_triton
 from llmserve.pipeline.metrics import EngineMetrics
 from llmserve.pipeline.standin import Standin
 from llmserve.pipeline.triton_glue import StreamSender, parameters, reader
@@ -17,6 +18,7 @@ from llmserve.text.tokenizer import resolve_dir
 
 class TritonPythonModel:
     def initialize(self, args):
+        to_triton(pb_utils)  # llmserve's log records go to tritonserver's log (llmserve/logs.py)
         repo = args["model_repository"]
         decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
         self.standin = Standin(parameters(args), lambda d: resolve_dir(d, repo), decoupled)

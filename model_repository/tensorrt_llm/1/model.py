@@ -14,6 +14,7 @@ import threading
 import triton_python_backend_utils as pb_utils
 
 from llmserve.errors import RequestError
+from llmserve.logs import to_triton
 from llmserve.pipeline.engine_service import EngineService
 from llmserve.pipeline.health import StubWatchdog
 from llmserve.pipeline.metrics import EngineMetrics
@@ -26,6 +27,7 @@ from llmserve.text.tokenizer import resolve_dir
 
 class TritonPythonModel:
     def initialize(self, args):
+        to_triton(pb_utils)  # llmserve's log records go to tritonserver's log (llmserve/logs.py)
         repo = args["model_repository"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
         self.service = EngineService(EngineOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo)))

@@ -13,6 +13,7 @@ import json
 import triton_python_backend_utils as pb_utils
 
 from llmserve.errors import triton_error
+from llmserve.logs import to_triton
 from llmserve.pipeline.triton_glue import parameters
 
 STREAM_INPUTS = ("stream", "streaming")  # never forwarded: the twin always asks for one answer
@@ -20,6 +21,7 @@ STREAM_INPUTS = ("stream", "streaming")  # never forwarded: the twin always asks
 
 class TritonPythonModel:
     def initialize(self, args):
+        to_triton(pb_utils)  # llmserve's log records go to tritonserver's log (llmserve/logs.py)
         self.target = parameters(args)["target_model"]
         config = json.loads(args["model_config"])
         self.outputs = [o["name"] for o in config["output"]]
