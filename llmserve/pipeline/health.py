@@ -6,6 +6,7 @@ model's finalize) writes "c" so a normal shutdown is not mistaken for a death. T
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import threading
 from typing import Callable
 
 HEARTBEAT_S = 1.0
+log = logging.getLogger(__name__)
 
 
 class StubWatchdog:
@@ -64,7 +66,7 @@ class StubWatchdog:
         """The engine cannot serve any more: the watchdog takes the server down now."""
         if self.reported is None:
             self.reported = why
-            print(f"[llmserve {self.name}] engine unhealthy: {why}", file=sys.stderr, flush=True)
+            log.error("%s: engine unhealthy: %s", self.name, why)
             self._write(b"!")
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import queue
 import threading
 
@@ -12,6 +13,10 @@ import numpy as np
 
 from ..errors import kind_of, triton_error
 from ..finish import FinishReason
+from ..logs import Throttle
+
+log = logging.getLogger(__name__)
+_throttle = Throttle(60.0)  # one traceback per minute per distinct send failure; the others are counted
 
 
 def parameters(args: dict) -> dict[str, str]:
@@ -90,6 +95,7 @@ class StreamSender:
         self.pb = pb
         self.sender = request.get_response_sender()
         self.wanted = set(request.requested_output_names())
+        self.request_id = request.request_id() or None  # for the log line of a failed send
         self._lane = sends.lane() if sends is not None else None
         # Responses handed over (written by the caller's thread only) and sent (by the send thread only).
         self._handed = self._sent = 0
@@ -105,8 +111,10 @@ class StreamSender:
         try:
             if not self._failed:
                 self._send(outputs, final, failure, message)
-        except Exception:  # the client went away: the engine cancels the request at its next poll
+        except Exception as e:  # the engine cancels the request at its next poll; the log says why
             self._failed = True
+            _throttle.exception(log, e, "sending a response failed; the request is cancelled",
+                                level=logging.WARNING, request_id=self.request_id)
         finally:
             self._sent += 1
 

@@ -26,18 +26,19 @@ starts it again: the cluster supervisor, serve.py, or Kubernetes (the container 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import select
 import signal
 import sys
 import time
 
+from ..logs import configure
 
 REPORTED = "the engine reported it cannot serve"
 
-
-def log(name: str, msg: str) -> None:
-    print(f"[llmserve watchdog {name}] {msg}", file=sys.stderr, flush=True)
+# Run as `python -m`: __name__ is "__main__", so the logger is named for the module.
+log = logging.getLogger("llmserve.pipeline.watchdog")
 
 
 def alive(pid: int) -> bool:
@@ -91,10 +92,11 @@ def main(argv=None) -> int:
     ap.add_argument("--silence-s", type=float, default=10.0)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the server's business
+    configure("info")  # its own process: stderr, which tritonserver's log gets (the stub's is inherited)
     why = watch(sys.stdin.fileno(), server_pid=args.server_pid, name=args.name, grace_s=args.grace_s,
                 silence_s=args.silence_s)
     if why:
-        log(args.name, f"{why}: taking tritonserver {args.server_pid} down so it is restarted")
+        log.error("%s: %s: taking tritonserver %d down so it is restarted", args.name, why, args.server_pid)
         take_down(args.server_pid, args.grace_s if why == REPORTED else 0.0, args.name)
     elif alive(args.server_pid) is False:
         # tritonserver ended without unloading (exit timeout): end stubs it left behind.

@@ -359,3 +359,26 @@ def test_an_unexpected_error_is_logged_with_its_traceback_and_answered_500(fe, c
     assert line.levelno == logging.WARNING and line.status == 500 and "surprise" in line.error
     crash = [r for r in caplog.records if r.getMessage().startswith("unhandled error in POST /v1/completions")]
     assert len(crash) == 1 and crash[0].exc_info[0] is KeyError
+
+
+def test_a_failing_send_is_logged_with_its_request_id(caplog):
+    from types import SimpleNamespace
+
+    from llmserve.pipeline.triton_glue import SendQueue, StreamSender
+
+    caplog.set_level(logging.WARNING, logger="llmserve")
+
+    def refuse(response=None, flags=0):
+        raise RuntimeError("Unable to send response")
+
+    sender = SimpleNamespace(send=refuse, is_cancelled=lambda: False)
+    request = SimpleNamespace(get_response_sender=lambda: sender, requested_output_names=lambda: [],
+                              request_id=lambda: "req-send-1")
+    pb = SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1)
+    sends = SendQueue(threads=1)
+    send = StreamSender(pb, request, sends)
+    send(None, True)
+    sends.close()
+    assert send.is_cancelled()  # the engine drops the request at its next poll
+    rec = [r for r in caplog.records if "sending a response failed" in r.getMessage()]
+    assert len(rec) == 1 and rec[0].request_id == "req-send-1" and rec[0].exc_info[0] is RuntimeError

@@ -37,6 +37,9 @@ class FakeRequest:
     def requested_output_names(self):
         return self.wanted
 
+    def request_id(self):
+        return "r-1"
+
 
 OUTPUTS = {"output_ids": np.array([[[5, 6]]], dtype=np.int32), "sequence_length": np.array([[2]], dtype=np.int32),
            "cum_log_probs": np.array([[-1.0]], dtype=np.float32),
