@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Failover client CLI for the ensemble (llmserve/client/failover.py): several endpoints or the load
 balancer, safe retries, and streams resumed on another server when one breaks.
 
@@ -8,7 +7,7 @@ balancer, safe retries, and streams resumed on another server when one breaks.
 
 --spec gives the checkpoint's tokenizer, needed to resume a chat-template stream (the client
 renders the template itself on resume); --raw sends the prompt without the chat template.
-Retries, resumes and errors go to stderr."""
+Retries, resumes and errors go to stderr. (Also the `llmserve-client` command.)"""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import argparse
 import json
 import sys
 
-from llmserve.client.failover import FailoverClient, GenerationError, Stats
+from ..client.failover import FailoverClient, GenerationError, Stats
 
 
 def main(argv=None) -> int:
@@ -34,7 +33,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     tokenizer_dir = None
     if args.spec:
-        from llmserve.spec import load_spec
+        from ..spec import load_spec
 
         tokenizer_dir = str(load_spec(args.spec).checkpoint_path())
     urls = args.url or (["localhost:8001"] if args.grpc else ["localhost:8000"])
