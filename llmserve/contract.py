@@ -70,6 +70,11 @@ ENGINE_INPUTS: list[Tensor] = [
     # (postprocessing sends one when its step sees the ensemble request cancelled).
     Tensor("stop", "BOOL", (1,), reshape_scalar=True),
 ]
+# Upstream's cancel-by-id request to the token-level model: `stop` true plus placeholders for the inputs
+# every request must carry (ignored: a stop generates nothing). Sent by postprocessing and the relay over
+# BLS and by clients over gRPC; each encodes these values in the dtype ENGINE_INPUTS gives.
+STOP_REQUEST = {"input_ids": 0, "input_lengths": 1, "request_output_len": 1, "stop": True}
+
 ENGINE_OUTPUTS: list[Tensor] = [
     Tensor("output_ids", "INT32", (-1, -1)),  # [beam, tokens]
     Tensor("sequence_length", "INT32", (-1,)),  # [beam]

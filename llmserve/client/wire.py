@@ -21,14 +21,14 @@ import numpy as np
 from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from ..contract import ENGINE, ENGINE_INPUTS, ENSEMBLE, ENSEMBLE_INPUTS, by_name
+from ..contract import ENGINE, ENGINE_INPUTS, ENSEMBLE, ENSEMBLE_INPUTS, STOP_REQUEST, by_name
 
 ENSEMBLE_TYPES = by_name(ENSEMBLE_INPUTS)
 _ENGINE_TYPES = by_name(ENGINE_INPUTS)
 STOP_SUPPORTED = "stop" in _ENGINE_TYPES
 """The token-level contract has TensorRT-LLM's `stop` input (stop a request by its id)."""
-STOP_INPUTS = {"input_ids": 0, "input_lengths": 1, "request_output_len": 1, "stop": True}
-"""A stop request: `stop=true` and placeholders for the inputs the engine requires (it generates nothing)."""
+STOP_INPUTS = STOP_REQUEST
+"""A stop request: `stop=true` and placeholders for the inputs the engine requires (contract.py)."""
 
 
 def ensemble_body(text: str, max_tokens: int, **inputs) -> dict:

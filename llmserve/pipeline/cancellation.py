@@ -32,10 +32,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..contract import CANCELLED_MESSAGE, ENGINE
+from ..contract import CANCELLED_MESSAGE, ENGINE, ENGINE_INPUTS, STOP_REQUEST, by_name
 
 log = logging.getLogger(__name__)
 
+_ENGINE_INPUTS = by_name(ENGINE_INPUTS)
 MAX_TRACKED = 4096  # request ids remembered per throttle; older ones are forgotten first
 
 # The C++ backend's answer to a `stop` without a request id (the relay and the stand-in give the same).
@@ -90,10 +91,8 @@ def remember(recent: dict, key: str, value, max_keys: int = MAX_TRACKED) -> None
 def stop_inputs(pb) -> list:
     """Upstream's `stop` request: stop true plus the inputs every request must carry (their values
     are ignored)."""
-    return [pb.Tensor("input_ids", np.zeros((1, 1), np.int32)),
-            pb.Tensor("input_lengths", np.ones((1, 1), np.int32)),
-            pb.Tensor("request_output_len", np.ones((1, 1), np.int32)),
-            pb.Tensor("stop", np.ones((1, 1), np.bool_))]
+    return [pb.Tensor(name, np.full((1, 1), value, _ENGINE_INPUTS[name].np_dtype))
+            for name, value in STOP_REQUEST.items()]
 
 
 def send_stop(pb, model: str, request_id: str) -> bool:
