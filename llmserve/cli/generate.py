@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..logs import configure
 from ..repository.writer import check_repository, spec_label, write_repository
 from ..spec import ROOT, SpecError, load_spec
 
@@ -24,6 +25,7 @@ def main(argv=None) -> int:
                     help="engine.kind tensorrtllm: serve the C++ backend's model with the CI stand-in "
                          "(llmserve/pipeline/standin.py); every other model exactly as for production")
     args = ap.parse_args(argv)
+    configure("info")  # the generator's notes (llmserve.trtllm.config) go to stderr
     try:
         spec = load_spec(args.spec)
     except SpecError as e:

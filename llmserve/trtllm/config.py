@@ -15,6 +15,7 @@ Combinations that cannot work raise ValueError with the reason (tools/generate.p
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +30,16 @@ from ..spec.trtllm import engine_dir, max_num_tokens
 from . import placement as P
 from . import upstream as U
 
+log = logging.getLogger(__name__)
+
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 ORCHESTRATOR_PARAM = "llmserve_orchestrator_mode"
 """Ignored by the backend; read by docker/launch.sh to export TRTLLM_ORCHESTRATOR=1."""
 
 
 def note(msg: str) -> None:
-    print(f"note: tensorrt_llm: {msg}", file=sys.stderr)
+    """What the generator decided for tensorrt_llm and why (instances, KV cap, translated settings)."""
+    log.info("tensorrt_llm: %s", msg)
 
 
 # --- what exists on disk ---------------------------------------------------------------------------
@@ -384,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     le = sub.add_parser("launch-env", help="print `export K=V` lines for docker/launch.sh")
     le.add_argument("--repo", required=True)
     args = ap.parse_args(argv)
+    from ..logs import configure
+
+    configure("info")  # the generator's notes on stderr; the exports are this CLI's output
     try:
         env = launch_env(Path(args.repo).resolve())
     except (OSError, ValueError) as e:

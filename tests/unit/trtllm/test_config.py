@@ -3,6 +3,7 @@ protobuf-valid, the torch engine's token contract, limits from the built engine,
 placement and refusals. No TensorRT-LLM needed."""
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,8 @@ def test_max_num_tokens_below_input_without_chunking(tmp_path):
 
 # --- multi-instance ---------------------------------------------------------------------------------
 
-def test_two_instances_one_gpu_get_a_kv_cap(tmp_path, capsys):
+def test_two_instances_one_gpu_get_a_kv_cap(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="llmserve.trtllm")
     spec = make_spec(tmp_path, engine={"instances": 2}, trt={"gpu_memory_gib": 24})
     cfg = tensorrtllm_engine(spec, tmp_path)
     p = params(cfg)
@@ -181,7 +183,7 @@ def test_two_instances_one_gpu_get_a_kv_cap(tmp_path, capsys):
     assert cap % 32 == 0
     per_token = 2 * 4 * 4 * 32 * 2  # K+V x layers x kv heads x head_dim x fp16
     assert 2 * cap * per_token <= 24 * (1 << 30)
-    assert "max_tokens_in_paged_kv_cache" in capsys.readouterr().err
+    assert "max_tokens_in_paged_kv_cache" in caplog.text
 
 
 def test_kv_cap_uses_measured_engine_size(tmp_path):
@@ -230,14 +232,15 @@ def test_instances_on_separate_gpus_use_orchestrator(tmp_path):
     assert p["gpu_device_ids"] == "0;1" and p["llmserve_orchestrator_mode"] == "true"
 
 
-def test_tutorial_kind_gpu_is_translated(tmp_path, capsys):
+def test_tutorial_kind_gpu_is_translated(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="llmserve.trtllm")
     spec = make_spec(tmp_path, trt={"gpu_memory_gib": 24,
                                     "instance_group": {"count": 2, "kind": "KIND_GPU", "gpus": [0]}})
     cfg = tensorrtllm_engine(spec, tmp_path)
     assert list(cfg.instance_group) == [mc.ModelInstanceGroup(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)]
     assert params(cfg)["gpu_device_ids"] == "0;0"
     assert "max_tokens_in_paged_kv_cache" in params(cfg)
-    err = capsys.readouterr().err
+    err = caplog.text
     assert "ignores KIND_GPU" in err and "count: 2 kind: KIND_GPU gpus: [0]" in err
 
 
