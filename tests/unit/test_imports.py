@@ -93,3 +93,30 @@ def test_every_module_imports_in_any_order(order):
     code = "import importlib\nfor n in %r:\n    importlib.import_module(n)\n" % names
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+# docs/architecture.md's rows, top to bottom: a module may import its own row and the rows below.
+LAYERS = [
+    {"cli", "deploy", "openai_api", "bench"},
+    {"client"},
+    {"repository"},
+    {"pipeline"},
+    {"trtllm"},
+    {"engine", "request", "text"},
+    {"spec", "contract", "errors", "finish", "logs", "pbtxt", "checkpoint"},
+]
+
+
+def layer_of(module: str) -> int:
+    """Row of `llmserve.<folder or top-level module>...`."""
+    top = module.split(".")[1]
+    rows = [i for i, row in enumerate(LAYERS) if top in row]
+    assert rows, f"{module}: its folder is in no row of LAYERS (add it here and to docs/architecture.md)"
+    return rows[0]
+
+
+def test_imports_run_down_the_layers():
+    mods = package_modules()
+    climbs = [f"{n} -> {t}" for n, p in mods.items() if n != "llmserve"
+              for t in sorted(imports_of(n, p, set(mods))) if t != "llmserve" and layer_of(t) < layer_of(n)]
+    assert not climbs, "imports that climb a row of docs/architecture.md:\n" + "\n".join(climbs)
