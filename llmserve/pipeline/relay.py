@@ -32,6 +32,7 @@ import numpy as np
 
 from ..contract import ErrorKind
 from ..errors import RequestError, triton_error
+from ..logs import request_context
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
 from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, send_stop
@@ -157,7 +158,7 @@ class Relay:
         if not self.decoupled:
             req.streaming = False  # one answer per request (serving.streaming: false)
         inner_id = f"{outer or 'relay'}:{uuid.uuid4().hex}"
-        with self.inner.registered(outer, lambda: send_stop(pb, self.target, inner_id)):
+        with self.inner.registered(outer, lambda: send_stop(pb, self.target, inner_id)), request_context(outer or None):
             try:
                 self._relay(request, req, inner_id, sender)
             except Exception as e:  # the BLS call or a send failed: never leave the client waiting
@@ -196,6 +197,9 @@ class Relay:
                 send_stop(pb, self.target, inner_id)
                 break  # the rest of the stream (if any) is dropped with the iterator
         chunk = stream.finish()
+        # The relay's line per request (Triton's verbose level, as the torch engine's): the backend's id.
+        log.debug("finished: %d prompt + %d generated tokens%s, backend request %s", len(req.prompt),
+                  len(stream.generated), " (stop word)" if stream.stopped else "", inner_id)
         if chunk is None:
             return sender.send(flags=final)
         sender.send(pb.InferenceResponse(output_tensors=tensors(pb, chunk, wanted)), flags=final)

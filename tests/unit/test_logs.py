@@ -382,3 +382,20 @@ def test_a_failing_send_is_logged_with_its_request_id(caplog):
     assert send.is_cancelled()  # the engine drops the request at its next poll
     rec = [r for r in caplog.records if "sending a response failed" in r.getMessage()]
     assert len(rec) == 1 and rec[0].request_id == "req-send-1" and rec[0].exc_info[0] is RuntimeError
+
+
+def test_the_relay_logs_one_verbose_line_per_request_with_its_id(caplog):
+    from .pipeline.fake_pb import FakePb
+    from .pipeline.test_relay import GENERATED, Backend, generation, relay_for
+
+    caplog.set_level(logging.DEBUG, logger="llmserve.pipeline.relay")
+    ids = logs.RequestIdFilter()  # what every handler of ours has: the request's context when it logs
+    caplog.handler.addFilter(ids)
+    try:
+        request = generation(request_id="req-relay-1-1")
+        relay_for(FakePb({"backend": Backend()})).serve(request, request.sender)
+    finally:
+        caplog.handler.removeFilter(ids)
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("finished:")]
+    assert line.levelno == logging.DEBUG and line.getMessage().startswith(f"finished: 3 prompt + {len(GENERATED)}")
+    assert line.request_id == "req-relay-1-1"
