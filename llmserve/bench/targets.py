@@ -257,7 +257,7 @@ class InProcessEngine(Target):
         self.model = load_model(self.checkpoint, **self.model_args)
         self.engine = Engine(self.model, load_fast(self.checkpoint), prefill_token_budget=self.prefill_token_budget,
                              skip_special_tokens=True, max_waiting=1 << 30, request_timeout_s=float("inf"),
-                             stream_interval_s=0.0)
+                             stream_interval_s=0.0, cancel_poll_s=0.1)  # nothing is ever cancelled here
         self._loop = asyncio.get_running_loop()
         self._inbox: list[tuple] = []
         self._inbox_lock = threading.Lock()

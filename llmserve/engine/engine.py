@@ -39,7 +39,6 @@ from .sequence import EngineStats, Sequence
 
 
 MAX_CONSECUTIVE_FAILURES = 3  # failed steps in a row after which the engine is declared unhealthy
-CANCEL_POLL_S = 0.1  # is_cancelled() is an IPC round trip per request: poll at most this often (as TRT-LLM)
 TRACEBACK_INTERVAL_S = 60.0  # one full traceback per distinct error per minute; the others are counted
 
 log = logging.getLogger(__name__)
@@ -47,9 +46,13 @@ log = logging.getLogger(__name__)
 
 class Engine:
     def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int, skip_special_tokens: bool,
-                 max_waiting: int, request_timeout_s: float, stream_interval_s: float, stall_s: float = 120.0):
+                 max_waiting: int, request_timeout_s: float, stream_interval_s: float, cancel_poll_s: float,
+                 stall_s: float = 120.0):
         """Every knob comes from the spec (pipeline/options.EngineOptions); none is defaulted here.
-        max_waiting 0 means no bound (as max_queue_size 0 does for Triton's own queue)."""
+        max_waiting 0 means no bound (as max_queue_size 0 does for Triton's own queue). cancel_poll_s:
+        is_cancelled() is an IPC round trip per request in the Python backend, so it is asked at most
+        this often (the spec's cancellation_check_period_ms, the period TensorRT-LLM's backend polls at)."""
+        self.cancel_poll_s = cancel_poll_s
         self.model = model
         self.stall_s = stall_s
         self.stream_interval_s = stream_interval_s
@@ -323,10 +326,10 @@ class Engine:
 
     def _drop_cancelled(self) -> None:
         """Free the slots of requests whose client went away, that a `stop` named, or whose time is
-        up. is_cancelled() is asked at most every CANCEL_POLL_S and never under the lock (each call
+        up. is_cancelled() is asked at most every cancel_poll_s and never under the lock (each call
         is an IPC round trip in the Python backend, and submit() waits for the lock)."""
         now = time.monotonic()
-        poll = now - self._last_cancel_poll >= CANCEL_POLL_S
+        poll = now - self._last_cancel_poll >= self.cancel_poll_s
         if poll:
             self._last_cancel_poll = now
         with self._cv:

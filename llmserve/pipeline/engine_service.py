@@ -33,7 +33,8 @@ class EngineService:
         self.engine = Engine(self.model, self.tokenizer, prefill_token_budget=opts.prefill_token_budget,
                              skip_special_tokens=opts.skip_special_tokens, max_waiting=opts.max_queue_size,
                              request_timeout_s=opts.request_timeout_s,
-                             stream_interval_s=opts.stream_interval_ms / 1000)
+                             stream_interval_s=opts.stream_interval_ms / 1000,
+                             cancel_poll_s=opts.cancellation_check_period_ms / 1000)
         self.engine.start()
 
     def parse(self, read: Reader) -> EngineRequest:

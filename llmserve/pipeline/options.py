@@ -98,6 +98,7 @@ class EngineOptions(ModelParams):
     skip_special_tokens: bool
     max_queue_size: int
     request_timeout_s: float
+    cancellation_check_period_ms: int
 
     @classmethod
     def from_spec(cls, spec, checkpoint_dir: str) -> "EngineOptions":
@@ -108,7 +109,8 @@ class EngineOptions(ModelParams):
                    max_input_len=e.max_input_len, max_output_len=e.max_output_len,
                    exclude_input_in_output=spec.serving.exclude_input_in_output,
                    skip_special_tokens=spec.tokenizer.skip_special_tokens,
-                   max_queue_size=e.queue.max_queue_size, request_timeout_s=spec.serving.request_timeout_s)
+                   max_queue_size=e.queue.max_queue_size, request_timeout_s=spec.serving.request_timeout_s,
+                   cancellation_check_period_ms=e.tensorrtllm.cancellation_check_period_ms)
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ timed(m.graphs, "step")
 eng_rows = []
 for conc in (64, 128):
     engine = Engine(m, None, prefill_token_budget=2048, skip_special_tokens=True, max_waiting=1 << 20,
-                    request_timeout_s=float("inf"), stream_interval_s=0.0)
+                    request_timeout_s=float("inf"), stream_interval_s=0.0, cancel_poll_s=0.1)
     for name in ("_prefill", "_decode", "_accept", "_drop_cancelled", "_admit"):
         timed(engine, name)
     done = [0]

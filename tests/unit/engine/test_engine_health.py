@@ -160,7 +160,7 @@ def test_is_cancelled_is_polled_at_most_every_period(engine_parts):
         steps += 1
     elapsed = time.monotonic() - t0
     print(f"\n{steps} steps in {elapsed * 1000:.0f} ms: is_cancelled asked {asked['n']} times")
-    assert asked["n"] <= elapsed / engine_mod.CANCEL_POLL_S + 2
+    assert asked["n"] <= elapsed / engine.cancel_poll_s + 2
 
 
 def test_shutdown_answers_everything(engine_parts):
