@@ -34,6 +34,7 @@ import psutil
 from ..checkpoint import build_checkpoint
 from ..deploy.cluster import Cluster
 from ..deploy.tritonserver import free_ports
+from ..logs import add_cli_options, configure_from_args
 from ..repository.writer import write_repository
 from ..spec import ROOT, load_spec
 from .mixed_load import MixedLoad  # the HA tests' load too: one definition of "failed" and "cut"
@@ -134,8 +135,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=str(ROOT / "build" / "chaos"))
     ap.add_argument("--report", help="write the JSON report here")
+    add_cli_options(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[%(name)s %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    configure_from_args(args)
     spec = load_spec(args.spec)
     build_checkpoint(spec)
     work = Path(args.workdir)
@@ -150,6 +152,8 @@ def main(argv=None) -> int:
         sup = cluster.start_supervisor()
         report = chaos(cluster, args.minutes, seed=args.seed)
         sup.stop()
+    except KeyboardInterrupt:  # Ctrl-C: stop the cluster, no traceback
+        return 130
     finally:
         cluster.stop()
     print(summary(report))

@@ -35,6 +35,7 @@ import requests
 
 from ..checkpoint import build_checkpoint
 from ..deploy.tritonserver import TritonProcess, free_ports
+from ..logs import add_cli_options, configure_from_args
 from ..repository.writer import write_repository
 from ..spec import load_spec
 
@@ -311,8 +312,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--period", type=float, default=2.0, help="sampling period in seconds")
     ap.add_argument("--report", default="build/soak-report.json")
+    add_cli_options(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[soak %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    configure_from_args(args)
     warmup = args.warmup if args.warmup is not None else min(300.0, 0.2 * args.duration)
     server = None
     if args.http:
@@ -322,10 +324,12 @@ def main(argv=None) -> int:
     else:
         server = start_server(Path(args.spec).resolve(), Path(tempfile.mkdtemp(prefix="soak-")))
         http, grpc, pid = f"localhost:{server.http_port}", f"localhost:{server.grpc_port}", server.proc.pid
-        print(f"[soak] server pid {pid} http {http} grpc {grpc} log {server.log_path}")
+        logger.info("server pid %d http %s grpc %s log %s", pid, http, grpc, server.log_path)
     try:
         report = run(http, grpc, pid, args.duration, warmup, args.concurrency, args.max_tokens, args.period,
                      Path(args.report))
+    except KeyboardInterrupt:  # Ctrl-C: stop (the server too), no traceback
+        return 130
     finally:
         if server:
             server.stop()
