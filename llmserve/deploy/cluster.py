@@ -35,12 +35,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..checkpoint import build_checkpoint
+from ..logs import add_cli_options, configure_from_args
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .frontend import Frontends
 from .haproxy import OPENAI_BACKEND, Backend, check_config, render
 from .haproxy_runtime import RuntimeAPI, rolling_restart
 from .reaper import Reaper
-from .serve import LOG_FORMAT, prepare_repository
+from .serve import prepare_repository
 from .supervisor import Supervisor, SupervisorThread
 from .tritonserver import TritonProcess, is_ready
 
@@ -315,10 +316,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repository", help="model repository (default: as serve.py)")
     ap.add_argument("--workdir", default=str(ROOT / "build" / "haproxy"),
                     help="haproxy.cfg, runtime socket, logs, cluster.json")
+    add_cli_options(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
+    configure_from_args(args)
     try:
         spec = load_spec(args.spec)
+        configure_from_args(args, spec)  # the spec's logging: section, unless the flags say otherwise
         if args.replicas:  # revalidate the port layout for this many replicas
             spec = spec.model_copy(update={"ha": type(spec.ha).model_validate(
                 {**spec.ha.model_dump(), "replicas": args.replicas})})

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from ..checkpoint import build_checkpoint
+from ..logs import add_cli_options, configure_from_args
 from ..repository.writer import check_repository, spec_label, write_repository
 from ..spec import DEFAULT_SPEC, ROOT, SpecError, load_spec
 from .frontend import FrontendProcess
@@ -29,7 +30,6 @@ from .supervisor import Supervisor
 from .tritonserver import TritonProcess
 
 logger = logging.getLogger(__name__)
-LOG_FORMAT = "[%(asctime)s %(name)s] %(message)s"  # the CLIs' (serve, cluster) until a shared set-up exists
 
 
 def prepare_repository(spec_path: Path, spec, repository: str | None) -> Path:
@@ -55,10 +55,12 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics-port", type=int)
     ap.add_argument("--openai-port", type=int, help="the OpenAI-compatible frontend (default: openai.port)")
     ap.add_argument("--no-openai", action="store_true", help="tritonserver only")
+    add_cli_options(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
+    configure_from_args(args)
     try:
         spec = load_spec(args.spec)
+        configure_from_args(args, spec)  # the spec's logging: section, unless the flags say otherwise
         build_checkpoint(spec)
         repo = prepare_repository(Path(args.spec), spec, args.repository)
     except (SpecError, FileNotFoundError, ValueError) as e:
