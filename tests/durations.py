@@ -9,8 +9,8 @@ things at any length; a longer run only gives rarer faults more chances to show.
 The profile is LLMSERVE_TEST_PROFILE; unset, it is `ci` when the CI environment variable is set (as CI
 runners do) and `full` otherwise. An entry's own environment variable, when set, overrides both
 (`LLMSERVE_SOAK_S=600 pytest tests/reliability/test_soak_short.py`). The ci profile also fuzzes a fixed
-set of cases (`fuzz_derandomize`). The hour-long versions are the tools
-themselves: `python tools/soak.py`, `python tools/chaos.py --minutes 20`."""
+set of cases (`fuzz_derandomize`). The long versions are the tools themselves: `python tools/soak.py`
+(30 minutes), `python tools/chaos.py --minutes 20`."""
 
 from __future__ import annotations
 
