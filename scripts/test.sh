@@ -23,6 +23,8 @@ if (( $# )); then
 fi
 # Both runs always run (a unit failure does not hide the server tests' results); the exit status is
 # the first failure's. The server tests run last, so the output ends with their summary line.
+# LLMSERVE_UNIT_WORKERS=0 runs tests/unit in one process (on a machine already loaded by other work,
+# 2 workers measured no faster than one: 183 s vs 185 s).
 unit=0
 "${pytest[@]}" -n "${LLMSERVE_UNIT_WORKERS:-2}" tests/unit || unit=$?
 servers=0
