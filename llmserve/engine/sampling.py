@@ -35,6 +35,17 @@ class SamplingParams:
                 and not self.bad_words)
 
 
+def trtllm_top_k_top_p(top_k: int, top_p: float) -> tuple[int, float]:
+    """TensorRT-LLM's sampling rule for runtime_top_k / runtime_top_p (both default to 0 there:
+    DefaultDecodingParams::getTopK / getTopP), as its sampling layers' setup applies it: k == 0 and
+    p == 0 is greedy (k becomes 1), k > 0 and p == 0 is top-k alone (p becomes 1), k == 0 and p > 0 is
+    top-p alone. So `temperature` alone, with neither knob, is greedy. Returns the explicit (top_k,
+    top_p) this engine uses (top_k 0: no cut, top_p 1: no cut)."""
+    if top_k == 0 and top_p == 0.0:
+        return 1, 1.0
+    return top_k, (1.0 if top_p == 0.0 else top_p)
+
+
 def _penalize(logits: torch.Tensor, p: SamplingParams, prompt: list[int], generated: list[int]) -> None:
     """In place on one row [V]."""
     dev = logits.device

@@ -177,4 +177,7 @@ class Service:
             value = getattr(req, name)
             if value is not None and not (name == "top_k" and value == -1):  # vLLM's -1: no top-k
                 body[name] = value
+        # OpenAI's top_p defaults to 1 (sample from the whole distribution). The ensemble follows
+        # TensorRT-LLM, where an absent top_p is 0 and temperature alone is greedy: say it explicitly.
+        body.setdefault("top_p", 1.0)
         return body

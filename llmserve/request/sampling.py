@@ -1,8 +1,10 @@
 """Sampling knobs read and range-checked once. The ensemble calls them top_k / top_p, the token-level
-model runtime_top_k / runtime_top_p (upstream names); `names` maps one onto the other."""
+model runtime_top_k / runtime_top_p (upstream names); `names` maps one onto the other. The values mean
+what they mean to TensorRT-LLM (see read_sampling), so both layouts sample alike."""
 
 from __future__ import annotations
 
+from ..engine.sampling import trtllm_top_k_top_p
 from .reader import Reader, check, one
 
 CLIENT_NAMES = {"top_k": "top_k", "top_p": "top_p"}
@@ -16,12 +18,13 @@ def read_sampling(read: Reader, names: dict[str, str], max_tokens: int, max_beam
     # logits / 1e-40 overflows to inf and the sampler fails the whole decode batch: anything below
     # this is not a meaningful temperature (0 already means greedy).
     check("temperature", temperature == 0 or temperature >= 1e-5, f"must be 0 (greedy) or >= 1e-05, got {temperature}")
+    # Absent knobs are TensorRT-LLM's defaults (0, 0), and its rule decides: top_k == 0 and top_p == 0
+    # is greedy, so `temperature` alone does not sample (engine/sampling.py trtllm_top_k_top_p).
     top_k = one(read, top_k_name, int, 0)
     check(top_k_name, top_k >= 0, f"must be >= 0 (0 disables top-k), got {top_k}")
-    top_p = one(read, top_p_name, float, 1.0)
-    # 0 is TensorRT-LLM's "unset" value for top_p; accept it as "no top-p cut".
-    top_p = 1.0 if top_p == 0.0 else top_p
-    check(top_p_name, 0.0 < top_p <= 1.0, f"must be in (0, 1], got {top_p}")
+    top_p = one(read, top_p_name, float, 0.0)
+    check(top_p_name, 0.0 <= top_p <= 1.0, f"must be in [0, 1] (0 disables top-p), got {top_p}")
+    top_k, top_p = trtllm_top_k_top_p(top_k, top_p)
     rep = one(read, "repetition_penalty", float, 1.0)
     check("repetition_penalty", rep > 0, f"must be > 0, got {rep}")
     presence = one(read, "presence_penalty", float, 0.0)

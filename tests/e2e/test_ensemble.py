@@ -50,7 +50,7 @@ def test_grpc_stream_concatenates_to_unary_text(layout_server):
 def test_stream_with_non_ascii_output(layout_server):
     """A random model emits arbitrary byte tokens: the stream must never show a broken character
     that the whole text does not have."""
-    body = {"text_input": "随机", "max_tokens": 64, "temperature": 1.0, "seed": 7}
+    body = {"text_input": "随机", "max_tokens": 64, "temperature": 1.0, "top_p": 1.0, "seed": 7}
     whole = generate(layout_server, body).json()["text_output"]
     streamed = "".join(e["text_output"] for e in generate_stream(layout_server, body))
     assert streamed == whole
