@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..engine.sampling import SamplingParams
+from ..engine.sampling import SamplingParams, trtllm_top_k_top_p
 from ..engine.sequence import Sequence
 from ..finish import FinishReason
 from ..request.word_lists import from_word_list
@@ -177,11 +177,13 @@ def parse_request(read: Reader, *, decoupled: bool, exclude_default: bool, max_i
                            "level to info and check TRTGptModel logs for how maximum input length is set")
     max_new = min(int(max_new), max_seq_len - len(prompt))  # the executor clamps, with a warning
     seed = _scalar(read, "seed")
+    # The sampling layers' rule (unset = 0): top_k == 0 and top_p == 0 is greedy, top_k alone is top-k.
+    top_k, top_p = trtllm_top_k_top_p(int(top_k or 0), top_p or 0.0)
     params = SamplingParams(
+        top_k=top_k, top_p=top_p,
         max_new_tokens=max_new,
         end_ids=(int(end_id),) if end_id is not None and int(end_id) >= 0 else default_end_ids,
         temperature=float(temperature) if temperature is not None else 0.0,
-        top_k=int(top_k) if top_k is not None else 0, top_p=top_p if top_p is not None else 1.0,
         repetition_penalty=float(rep) if rep is not None else 1.0,
         presence_penalty=float(_scalar(read, "presence_penalty") or 0.0),
         frequency_penalty=float(_scalar(read, "frequency_penalty") or 0.0),

@@ -8,7 +8,8 @@ from llmserve.request.sampling import CLIENT_NAMES, ENGINE_NAMES, read_sampling
 
 from .fields import field_error, reader
 
-DEFAULTS = dict(temperature=0.0, top_k=0, top_p=1.0, repetition_penalty=1.0, presence_penalty=0.0,
+# top_k 1: nothing sent is TensorRT-LLM's top_k == 0 and top_p == 0, which is greedy (test_trtllm_sampling.py).
+DEFAULTS = dict(temperature=0.0, top_k=1, top_p=1.0, repetition_penalty=1.0, presence_penalty=0.0,
                 frequency_penalty=0.0, min_tokens=0, seed=None)
 
 
@@ -24,7 +25,7 @@ def test_values_are_read_under_each_edges_names():
     engine = read_sampling(reader(runtime_top_k=5, runtime_top_p=0.9, **sent), ENGINE_NAMES, max_tokens=16)
     assert client == engine == {**sent, "top_k": 5, "top_p": pytest.approx(0.9)}
     # Each edge reads only its own names: the other's are ignored.
-    assert read_sampling(reader(runtime_top_k=5), CLIENT_NAMES, max_tokens=16)["top_k"] == 0
+    assert read_sampling(reader(runtime_top_k=5), CLIENT_NAMES, max_tokens=16)["top_k"] == 1  # absent: greedy
 
 
 def _error(names=CLIENT_NAMES, max_tokens=16, max_beam_width=1, **fields) -> tuple[str, str]:
@@ -37,8 +38,8 @@ def _error(names=CLIENT_NAMES, max_tokens=16, max_beam_width=1, **fields) -> tup
     ({"temperature": -0.1}, "temperature", "must be >= 0"),
     ({"temperature": 1e-6}, "temperature", "must be 0 (greedy) or >= 1e-05"),
     ({"top_k": -1}, "top_k", "must be >= 0 (0 disables top-k), got -1"),
-    ({"top_p": 1.01}, "top_p", "must be in (0, 1]"),
-    ({"top_p": -0.5}, "top_p", "must be in (0, 1]"),
+    ({"top_p": 1.01}, "top_p", "must be in [0, 1]"),
+    ({"top_p": -0.5}, "top_p", "must be in [0, 1]"),
     ({"repetition_penalty": 0.0}, "repetition_penalty", "must be > 0"),
     ({"presence_penalty": -2.01}, "presence_penalty", "must be in [-2, 2]"),
     ({"frequency_penalty": 2.01}, "frequency_penalty", "must be in [-2, 2]"),
@@ -67,7 +68,8 @@ def test_boundaries_are_accepted(fields):
     got = read_sampling(reader(**fields), CLIENT_NAMES, max_tokens=16)
     (name, value), = fields.items()
     if name != "beam_width":  # checked only; the engine has one beam
-        assert got[name] == pytest.approx(value)
+        expected = 1 if (name, value) == ("top_k", 0) else value  # top_k 0 without top_p: greedy, k = 1
+        assert got[name] == pytest.approx(expected)
 
 
 def test_top_p_zero_is_tensorrt_llms_unset():

@@ -36,7 +36,7 @@ def test_a_minimal_request_and_its_defaults():
     assert r.prompt == [5, 6, 7]
     p = r.params
     assert p.max_new_tokens == 4 and p.end_ids == END
-    assert (p.temperature, p.top_k, p.top_p, p.min_tokens, p.seed) == (0.0, 0, 1.0, 0, None)
+    assert (p.temperature, p.top_k, p.top_p, p.min_tokens, p.seed) == (0.0, 1, 1.0, 0, None)  # greedy
     assert p.stop_words == [] and p.bad_words == []
     assert (r.streaming, r.exclude_input_in_output, r.return_log_probs) == (False, True, False)
     assert parse(exclude_default=False).exclude_input_in_output is False
