@@ -62,10 +62,10 @@ def relay_and_postprocess(tok, det, ids):
     for t in ids:
         chunk = stream.push([t], None)
         if chunk is not None:
-            out.append(postprocess(det, chunk.get)["text_output"][0, 0].decode())
+            out.append(postprocess(det, chunk.get)["text_output"][0].decode())
     last = stream.finish()
     if last is not None:
-        out.append(postprocess(det, last.get)["text_output"][0, 0].decode())
+        out.append(postprocess(det, last.get)["text_output"][0].decode())
     return "".join(out)
 
 

@@ -41,7 +41,9 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list["dict[str
         items.extend(beams)
     texts = iter(detok.decode_many(items)) if items else iter(())
     for i, beams, (cum, per_token) in owners:
-        results[i] = {"text_output": np.array([[next(texts).encode("utf-8") for _ in range(beams)]], dtype=np.object_),
+        # One string per beam and no batch dimension, as upstream's postprocessing answers (its
+        # clients read text_output[0] as the text: [1, 1] broke NVIDIA's end_to_end_grpc_client.py).
+        results[i] = {"text_output": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_),
                       "cum_log_probs": cum, "output_log_probs": per_token}
     return results
 

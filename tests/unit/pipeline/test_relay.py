@@ -38,7 +38,7 @@ def relay_text(tok, ids, req, logprobs=None):
     last = stream.finish()
     if last is not None:
         chunks.append(last)
-    texts = [postprocess(detok, c.get)["text_output"][0, 0].decode() for c in chunks]
+    texts = [postprocess(detok, c.get)["text_output"][0].decode() for c in chunks]
     return "".join(texts), chunks, stream
 
 
@@ -116,7 +116,7 @@ def test_postprocessing_answers_log_probs_even_when_absent(smollm2_dir):
         chunk.push([t], None)
     out = postprocess(Detokenizer(tok), chunk.finish().get)
     assert out["cum_log_probs"].shape == (1, 1) and out["output_log_probs"].shape == (1, 1, len(ids))
-    assert out["text_output"][0, 0].decode() == "hello world"
+    assert out["text_output"][0].decode() == "hello world"
 
 
 # --- Relay: one request over BLS, with a fake Triton ----------------------------------------------------
