@@ -16,6 +16,7 @@ from ..finish import FinishReason
 from ..request.reader import Reader
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.tokenizer import load_fast
+from .cancellation import CancelRegistry
 from .options import EngineOptions
 from .stream_output import TokenStream
 
@@ -36,6 +37,9 @@ class EngineService:
                              stream_interval_s=opts.stream_interval_ms / 1000,
                              cancel_poll_s=opts.cancellation_check_period_ms / 1000)
         self.engine.start()
+        # request id -> marks on its running requests: a `stop` request ends them as upstream's backend
+        # does, with a normal final response holding what they have, not with a CANCELLED error.
+        self.stops = CancelRegistry()
 
     def parse(self, read: Reader) -> EngineRequest:
         return parse_engine_request(
@@ -53,10 +57,20 @@ class EngineService:
         response per stream per send, however fast the engine steps)."""
         stream = TokenStream(req.prompt, req.exclude_input_in_output)
         held: tuple[list[int], list[float]] = ([], [])  # streamed tokens not yet sent (backlog)
+        stopped = []  # non-empty once a `stop` request named this one
+
+        def mark_stopped():
+            stopped.append(True)
 
         def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
                       reason: FinishReason | None):
-            if reason is FinishReason.CANCELLED:
+            if finished:
+                self.stops.remove(key, mark_stopped)
+            if reason is FinishReason.CANCELLED and stopped:
+                # The engine hands a cancelled sequence nothing more (keep = emitted); a stopped one
+                # ends with the tokens it generated and has not sent yet, as a normal final response.
+                tokens, logprobs = seq.generated[seq.emitted:], seq.logprobs[seq.emitted:]
+            elif reason is FinishReason.CANCELLED:
                 return send(None, True, reason, CANCELLED_MESSAGE)
             if reason is FinishReason.TIMEOUT:
                 return send(None, True, reason, f"{TIMEOUT_PREFIX}: request exceeded serving.request_timeout_s "
@@ -76,11 +90,18 @@ class EngineService:
 
         seq = Sequence(prompt=req.prompt, params=req.params, on_output=on_output, is_cancelled=is_cancelled,
                        streaming=req.streaming, key=key)
-        self.engine.submit(seq)
+        self.stops.add(key, mark_stopped)
+        try:
+            self.engine.submit(seq)
+        except Exception:
+            self.stops.remove(key, mark_stopped)
+            raise
         return seq
 
     def stop(self, key: str) -> bool:
-        """A `stop` request: cancel the requests with this id (True if one was here)."""
+        """A `stop` request: cancel the requests with this id (True if one was here). They end with a
+        normal final response (the tokens so far), as in TensorRT-LLM's backend."""
+        self.stops.stop(key)
         return self.engine.cancel(key)
 
     def shutdown(self) -> None:

@@ -19,6 +19,11 @@ from llmserve.pipeline.triton_glue import parameters
 STREAM_INPUTS = ("stream", "streaming")  # never forwarded: the twin always asks for one answer
 
 
+def _is_stop(request) -> bool:
+    t = pb_utils.get_input_tensor_by_name(request, "stop")
+    return t is not None and bool(t.as_numpy().any())
+
+
 class TritonPythonModel:
     def initialize(self, args):
         to_triton(pb_utils)  # llmserve's log records go to tritonserver's log (llmserve/logs.py)
@@ -54,5 +59,7 @@ class TritonPythonModel:
             if response.output_tensors():
                 answer = response
         if answer is None:
+            if _is_stop(request):  # upstream's `stop` request is answered with an empty OK response
+                return pb_utils.InferenceResponse(output_tensors=[])
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.target} returned no output"))
         return pb_utils.InferenceResponse(output_tensors=answer.output_tensors())
