@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import RequestError
+from ..request.parameters import refuse_parameters
 from ..request.reader import Reader, check, one, text, words
 from ..request.sampling import CLIENT_NAMES, read_sampling
 from ..request.word_lists import to_word_list
@@ -82,12 +83,16 @@ class Preprocessor:
         ids = [self.tok.encode(w, add_special_tokens=False) for w in ws] if ws else []
         return [w for w in ids if w]
 
-    def process(self, reads: list[Reader]) -> list[dict[str, np.ndarray] | RequestError]:
-        """One result per request: output tensors (with a leading batch dim of 1) or the error."""
+    def process(self, reads: list[Reader], parameters: "list[str | dict | None] | None" = None
+                ) -> list[dict[str, np.ndarray] | RequestError]:
+        """One result per request: output tensors (with a leading batch dim of 1) or the error.
+        `parameters`: each request's request parameters (a JSON object), all refused (see
+        request/parameters.py: HTTP generate turns unknown JSON keys into them)."""
         results: list = []
         valid: list[tuple[int, ValidRequest, str]] = []
         for i, read in enumerate(reads):
             try:
+                refuse_parameters(parameters[i] if parameters else None)
                 r = self.validate(read)
                 valid.append((i, r, self._render(r)))
                 results.append(None)
