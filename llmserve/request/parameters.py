@@ -12,9 +12,10 @@ from ..errors import RequestError
 from .upstream_names import refusal
 
 # Triton's own keys (docs/protocol/extension_parameters.md). The C API does not pass them to models
-# today; they are skipped here so that a server that starts to cannot make every request fail.
+# today; they are skipped here so that a server that starts to cannot make every request fail. "id" is
+# the generate endpoint's request id: Triton 2.51 hands it to the model as a parameter as well.
 TRITON_RESERVED = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers",
-                             "binary_data_output"})
+                             "binary_data_output", "id"})
 
 
 def client_parameters(raw: "str | dict | None") -> dict:

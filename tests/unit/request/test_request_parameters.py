@@ -13,6 +13,7 @@ def test_no_parameters_and_tritons_own_pass():
     refuse_parameters(None)
     refuse_parameters("{}")
     refuse_parameters(json.dumps({"triton_enable_empty_final_response": True, "priority": 1}))
+    refuse_parameters({"id": "req-1"})  # the generate endpoint's request id arrives as one too
     assert client_parameters('{"timeout": 5, "x": 1}') == {"x": 1}
 
 
