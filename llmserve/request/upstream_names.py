@@ -34,13 +34,16 @@ _PTUNING = "prompt tuning (p-tuning tables) is not served"
 _LORA = "LoRA adapters are not served"
 
 ENSEMBLE_INPUTS: list[Upstream] = [
-    Upstream("text_input", "STRING", SAME, "one prompt per request (batch > 1 is refused)"),
+    Upstream("text_input", "STRING", DIFFERENT, "the checkpoint's chat template is applied unless the spec's "
+             "tokenizer.apply_chat_template or the request's apply_chat_template is false; one prompt per request "
+             "(batch > 1 is refused)"),
     Upstream("decoder_text_input", "STRING", REFUSED, "encoder-decoder models are not served"),
     Upstream("max_tokens", "INT32", SAME),
     Upstream("num_return_sequences", "INT32", REFUSED, "one sequence per request"),
     Upstream("bad_words", "STRING", SAME),
-    Upstream("stop_words", "STRING", SAME),
-    Upstream("exclude_input_in_output", "BOOL", SAME),
+    Upstream("stop_words", "STRING", DIFFERENT, "matched on the text, not as token sequences"),
+    Upstream("exclude_input_in_output", "BOOL", DIFFERENT, "absent: the spec's serving.exclude_input_in_output, "
+             "true by default (upstream: false)"),
     Upstream("end_id", "INT32", SAME),
     Upstream("pad_id", "INT32", SAME),
     Upstream("top_k", "INT32", SAME, "TensorRT-LLM's rule: top_k == 0 and top_p == 0 (both absent) is greedy"),

@@ -1,0 +1,260 @@
+"""NVIDIA's own clients for the TensorRT-LLM Triton backend, against both layouts (issue 18).
+
+Each test sends exactly what one upstream script sends (tensor names, dtypes, shapes, request ids,
+request parameters, requested outputs) and asserts what the script asserts or reads, so the script
+itself would pass. The scripts are TensorRT-LLM's `triton_backend/` (formerly tensorrtllm_backend):
+
+- inflight_batcher_llm/client/end_to_end_grpc_client.py at 2a9abd9
+- inflight_batcher_llm/client/inflight_batcher_llm_client.py at 000a01d
+- tools/inflight_batcher_llm/end_to_end_test.py at 89fd9b7
+- tools/inflight_batcher_llm/benchmark_core_model.py at 0249976
+
+docs/upstream-compatibility.md says how to run the scripts themselves."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from .client import generate
+
+pytestmark = pytest.mark.e2e
+
+PROMPT_IDS = [1, 504, 3458, 314, 260]  # token ids of the tiny model's (SmolLM2's) vocabulary
+
+
+def _tensor(name: str, arr: np.ndarray) -> grpcclient.InferInput:
+    """What every upstream script's prepare_tensor does."""
+    t = grpcclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+    t.set_data_from_numpy(arr)
+    return t
+
+
+def _collect(server, model: str, requests: list, *, stop_after_first: tuple | None = None, timeout: float = 120):
+    """The scripts' stream use: start_stream, async_stream_infer each request, stop_stream, then read
+    the callback queue. `stop_after_first`: (inputs, request_id, parameters) sent once the first
+    response has arrived (the scripts sleep --stop-after-ms instead)."""
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc)
+    client.start_stream(callback=lambda result, error: results.put(error if error else result))
+    for inputs, request_id, outputs in requests:
+        client.async_stream_infer(model, inputs, outputs=outputs, request_id=request_id)
+    got = []
+    if stop_after_first is not None:
+        got.append(results.get(timeout=timeout))
+        inputs, request_id, parameters = stop_after_first
+        client.async_stream_infer(model, inputs, request_id=request_id, parameters=parameters)
+    client.stop_stream()  # waits for the server to close the stream
+    while not results.empty():
+        got.append(results.get())
+    client.close()
+    return got
+
+
+# --- end_to_end_grpc_client.py -> ensemble ------------------------------------------------------------
+
+def _e2e_grpc_inputs(prompt: str, output_len: int = 100, streaming: bool = False, **options) -> list:
+    """prepare_inputs() with the script's defaults: temperature 1.0, beam_width 1, exclude_input_in_output
+    always sent (False unless --exclude-input-in-output), num_return_sequences only with -n."""
+    inputs = {"text_input": np.array([[prompt]]).astype(object),
+              "max_tokens": np.ones_like([[prompt]]).astype(np.int32) * output_len,
+              "stream": np.array([[streaming]], dtype=bool),
+              "beam_width": np.array([[1]], dtype=np.int32),
+              "temperature": np.array([[1.0]], dtype=np.float32)}
+    if options.get("stop_words"):
+        inputs["stop_words"] = np.array([options["stop_words"]], dtype=object)
+    if options.get("bad_words"):
+        inputs["bad_words"] = np.array([options["bad_words"]], dtype=object)
+    if options.get("return_log_probs"):
+        inputs["return_log_probs"] = np.array([[True]], dtype=bool)
+    inputs["exclude_input_in_output"] = np.array([[options.get("exclude_input_in_output", False)]], dtype=bool)
+    return [_tensor(k, v) for k, v in inputs.items()]
+
+
+def _e2e_grpc_text(server, streaming: bool, request_id: str = "", **options) -> str:
+    """run_inference(): text_output read as `output[0].decode()` (upstream's shape [1]); streamed
+    chunks appended; errors are printed by the script, so here they fail the test."""
+    outputs = [grpcclient.InferRequestedOutput("text_output")]
+    if options.get("return_log_probs"):
+        outputs += [grpcclient.InferRequestedOutput("cum_log_probs"), grpcclient.InferRequestedOutput("output_log_probs")]
+    got = _collect(server, "ensemble", [(_e2e_grpc_inputs("Born in north-east France, Soyer trained as a", 24,
+                                                          streaming, **options), request_id, outputs)])
+    text = ""
+    for result in got:
+        assert not isinstance(result, InferenceServerException), result
+        output = result.as_numpy("text_output")
+        assert result.as_numpy("batch_index") is None and result.as_numpy("sequence_index") is None
+        text = text + output[0].decode("utf-8") if streaming else output[0].decode("utf-8")
+        if options.get("return_log_probs"):
+            assert result.as_numpy("output_log_probs") is not None and result.as_numpy("cum_log_probs") is not None
+    return text
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["unary", "streaming"])
+def test_end_to_end_grpc_client(layout_server, streaming):
+    """end_to_end_grpc_client.py -p ... [-S] [--request-id 7] [--stop-words ..] [--bad-words ..]
+    [--exclude-input-in-output] [--return-log-probs] (TensorRT-LLM triton_backend 2a9abd9)."""
+    plain = _e2e_grpc_text(layout_server, streaming)
+    assert plain
+    # temperature 1.0 alone (the script's default) is greedy, as in TensorRT-LLM: the same text again.
+    assert _e2e_grpc_text(layout_server, streaming, request_id="7") == plain
+    excluded = _e2e_grpc_text(layout_server, streaming, exclude_input_in_output=True, return_log_probs=True,
+                              bad_words=["zebra"], stop_words=["unlikely stop"])
+    assert excluded and plain.endswith(excluded)
+
+
+# --- inflight_batcher_llm_client.py -> tensorrt_llm -------------------------------------------------
+
+def _ibl_inputs(output_len: int, streaming: bool) -> list:
+    """prepare_inputs() with the script's defaults (--top-k 1, --top-p 0, --temperature 1.0, end/pad id
+    from the tokenizer)."""
+    return [_tensor("input_ids", np.array([PROMPT_IDS], dtype=np.int32)),
+            _tensor("input_lengths", np.array([[len(PROMPT_IDS)]], dtype=np.int32)),
+            _tensor("request_output_len", np.array([[output_len]], dtype=np.int32)),
+            _tensor("beam_width", np.array([[1]], dtype=np.int32)),
+            _tensor("temperature", np.array([[1.0]], dtype=np.float32)),
+            _tensor("streaming", np.array([[streaming]], dtype=bool)),
+            _tensor("end_id", np.array([[2]], dtype=np.int32)),
+            _tensor("pad_id", np.array([[2]], dtype=np.int32)),
+            _tensor("runtime_top_k", np.array([[1]], dtype=np.int32)),
+            _tensor("runtime_top_p", np.array([[0.0]], dtype=np.float32))]
+
+
+def _ibl_stop_inputs() -> list:
+    """prepare_stop_signals(): input_ids is np.empty (any value), input_lengths and request_output_len 0."""
+    return [_tensor("input_ids", np.empty([1, 1], dtype=np.int32)),
+            _tensor("input_lengths", np.zeros([1, 1], dtype=np.int32)),
+            _tensor("request_output_len", np.array([[0]], dtype=np.int32)),
+            _tensor("stop", np.array([[True]], dtype="bool"))]
+
+
+def test_inflight_batcher_llm_client_streaming_stop_request(layout_server):
+    """inflight_batcher_llm_client.py --streaming --request-output-len 200 --stop-after-ms N --request-id 7
+    (TensorRT-LLM triton_backend 000a01d): the stop request goes on the same stream with the same
+    id and parameters {'Streaming': True}. The script raises on any error that is not CANCELLED,
+    appends output_ids[0][0] of every response whose sequence_length[0][0] > 0, and asserts fewer
+    tokens than requested; a response without output_ids is the stop's ("Got cancellation response")."""
+    output_len = 200
+    got = _collect(layout_server, "tensorrt_llm", [(_ibl_inputs(output_len, True), "7", None)],
+                   stop_after_first=(_ibl_stop_inputs(), "7", {"Streaming": True}))
+    tokens = []
+    for result in got:
+        if isinstance(result, InferenceServerException):
+            assert result.status() == "StatusCode.CANCELLED", result  # the script raises on anything else
+            continue
+        if result.as_numpy("output_ids") is not None and result.as_numpy("sequence_length")[0][0] > 0:
+            tokens += list(result.as_numpy("output_ids")[0][0])
+    assert 0 < len(tokens) < output_len
+
+
+def test_inflight_batcher_llm_client_unary_stop_request(layout_server):
+    """The same script without --streaming, against the unary twin (--model-name tensorrt_llm_unary):
+    async_infer of the request, then of the stop request, both with parameters {'Streaming': False};
+    it raises on an error. The stopped request answers the tokens so far, the stop request an empty
+    OK response (no output_ids). The script sleeps --stop-after-ms before its one stop; here stops
+    follow each other until the request has answered, so the test does not depend on timing."""
+    client = grpcclient.InferenceServerClient(layout_server.grpc)
+    main: queue.Queue = queue.Queue()
+    stops: queue.Queue = queue.Queue()
+    client.async_infer("tensorrt_llm_unary", _ibl_inputs(200, False),
+                       callback=lambda result, error: main.put(error or result),
+                       request_id="8", parameters={"Streaming": False})
+    sent = 0
+    while main.empty():
+        client.async_infer("tensorrt_llm_unary", _ibl_stop_inputs(),
+                           callback=lambda result, error: stops.put(error or result),
+                           request_id="8", parameters={"Streaming": False})
+        sent += 1
+        time.sleep(0.05)
+    answer = main.get(timeout=120)
+    assert not isinstance(answer, InferenceServerException), answer
+    generated = list(answer.as_numpy("output_ids")[0][0])[len(PROMPT_IDS):]
+    assert len(generated) < 200
+    for _ in range(sent):
+        stop = stops.get(timeout=120)
+        assert not isinstance(stop, InferenceServerException), stop
+        assert stop.as_numpy("output_ids") is None  # "Got cancellation response from server"
+    client.close()
+
+
+def test_inflight_batcher_llm_client_stop_via_request_cancel(layout_server):
+    """--streaming --stop-after-ms N --stop-via-request-cancel: stop_stream(cancel_requests=True); the
+    script accepts CANCELLED errors and raises on others."""
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(layout_server.grpc)
+    client.start_stream(callback=lambda result, error: results.put(error if error else result))
+    client.async_stream_infer("tensorrt_llm", _ibl_inputs(200, True), request_id="9")
+    results.get(timeout=120)
+    client.stop_stream(cancel_requests=True)
+    while not results.empty():
+        r = results.get()
+        if isinstance(r, InferenceServerException):
+            assert r.status() == "StatusCode.CANCELLED", r
+    client.close()
+
+
+# --- benchmark_core_model.py -i grpc --decoupled -> tensorrt_llm --------------------------------------
+
+def test_benchmark_core_model_grpc_decoupled(layout_server):
+    """benchmark_core_model.py -i grpc --decoupled token-norm-dist ... (TensorRT-LLM triton_backend
+    0249976): input_ids, input_lengths, request_output_len, pad_id 0 and end_id 1 when no tokenizer,
+    request ids "0", "1", ... on one stream; every response without error."""
+    requests = []
+    for i in range(4):
+        inputs = [_tensor("input_ids", np.array([PROMPT_IDS[: 2 + i]], dtype=np.int32)),
+                  _tensor("input_lengths", np.array([[2 + i]], dtype=np.int32)),
+                  _tensor("request_output_len", np.ones_like([[1]]).astype(np.int32) * 8),
+                  _tensor("pad_id", np.ones_like([[1]]).astype(np.int32) * 0),
+                  _tensor("end_id", np.ones_like([[1]]).astype(np.int32) * 1)]
+        requests.append((inputs, str(i), None))
+    got = _collect(layout_server, "tensorrt_llm", requests)
+    assert got and not any(isinstance(r, InferenceServerException) for r in got)
+    assert {r.get_response().id for r in got} == {"0", "1", "2", "3"}
+
+
+# --- request bodies from upstream's docs on the HTTP generate endpoint --------------------------------
+
+@pytest.mark.parametrize("key, value, words", [
+    ("random_seed", 42, "send 'seed'"),
+    ("min_length", 4, "send 'min_tokens'"),
+    ("length_penalty", 1.0, "beam search only"),
+    ("num_return_sequences", 2, "one sequence per request"),
+    ("tempreature", 0.5, "unknown request field"),
+])
+def test_unknown_or_old_generate_keys_are_400_naming_them(layout_server, key, value, words):
+    """Triton's generate endpoint turns JSON keys that are not inputs into request parameters:
+    preprocessing refuses every one, naming it (they used to be ignored in silence)."""
+    r = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 8, key: value})
+    assert r.status_code == 400, r.text
+    assert key in r.json()["error"] and words in r.json()["error"]
+
+
+def test_temperature_alone_and_zero_top_k_top_p_are_greedy(layout_server):
+    """TensorRT-LLM's sampling rule: top_k == 0 and top_p == 0 (both absent) is greedy."""
+    body = {"text_input": "Once upon a time", "max_tokens": 24}
+    greedy = generate(layout_server, body).json()["text_output"]
+    assert generate(layout_server, {**body, "temperature": 1.0}).json()["text_output"] == greedy
+    assert generate(layout_server, {**body, "temperature": 1.0, "top_k": 0, "top_p": 0.0}).json()["text_output"] == greedy
+    sampled = {generate(layout_server, {**body, "temperature": 1.0, "top_p": 1.0, "seed": s}).json()["text_output"]
+               for s in (1, 2, 3)}
+    assert sampled != {greedy}, "with a top_p the request samples"
+
+
+def test_the_request_id_key_is_not_a_parameter(layout_server):
+    """"id" is the generate endpoint's request id (cancel-by-id uses it), not a request parameter."""
+    r = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "id": "req-1"})
+    assert r.status_code == 200, r.text
+
+
+def test_the_unary_twin_refuses_unknown_generate_keys_too(layout_server):
+    r = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "random_seed": 1},
+                 model="ensemble_unary")
+    assert r.status_code == 400 and "random_seed" in r.json()["error"], r.text
+    ok = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "id": "u-1"},
+                  model="ensemble_unary")
+    assert ok.status_code == 200, ok.text
