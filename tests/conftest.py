@@ -62,12 +62,23 @@ def start_server(spec_path: Path, workdir: Path, *, repository: Path | None = No
     return Server(proc, repository, log)
 
 
+# Stopping a test server at the end of its fixture: SIGTERM, then the process group killed after
+# STOP_WAIT_S. An idle server exits sooner; one that still has idle keep-alive connections (a test's
+# requests.Session, a soak client) waits its whole exit_timeout_s (30 s for the tiny spec) and then
+# exits without unloading, its stubs killed all the same: the longer wait buys nothing.
+STOP_WAIT_S = 10.0
+
+
+def stop(server: Server) -> None:
+    server.process.stop(timeout_s=STOP_WAIT_S)
+
+
 @pytest.fixture(scope="session")
 def tiny_server(tmp_path_factory):
     """The tiny random model (fast) behind the full ensemble."""
     server = start_server(ROOT / "specs/tiny.yaml", tmp_path_factory.mktemp("tiny"))
     yield server
-    server.process.stop()
+    stop(server)
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +87,7 @@ def trtllm_server(tmp_path_factory):
     relay in front of the C++ backend's model), the C++ backend replaced by its CI stand-in."""
     server = start_server(ROOT / "specs/tiny-trtllm.yaml", tmp_path_factory.mktemp("tiny-trtllm"), standin=True)
     yield server
-    server.process.stop()
+    stop(server)
 
 
 @pytest.fixture(scope="session", params=["torch", "tensorrtllm"])
@@ -91,7 +102,7 @@ def smollm2_server(tmp_path_factory):
     server = start_server(ROOT / "specs/default.yaml", tmp_path_factory.mktemp("smollm2"),
                           repository=ROOT / "model_repository")
     yield server
-    server.process.stop()
+    stop(server)
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ import yaml
 from llmserve.spec import ROOT
 
 try:  # tests/ is a package in some checkouts, a plain rootdir conftest in others
-    from tests.conftest import start_server
+    from tests.conftest import start_server, stop
 except ImportError:
-    from conftest import start_server
+    from conftest import start_server, stop
 
 MAX_BATCH, QUEUE, MAX_OUT = 2, 4, 4000  # 4,000 tokens: ~5 s on the tiny model on an idle machine
 SHARED_POSITIONS = 4096  # the shared tiny checkpoint's max_position_embeddings (checkpoint.py)
@@ -54,7 +54,7 @@ CAPACITY_TIMEOUT_S = 600.0
 def capacity_server(tmp_path_factory):
     server = reliability_server(tmp_path_factory, "tiny-capacity", timeout_s=CAPACITY_TIMEOUT_S)
     yield server
-    server.process.stop()
+    stop(server)
 
 
 def metric(server, name: str) -> float:

@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from .conftest import EVENT_TIMEOUT_S, long_request, metric, reliability_server, wait_metric
+from .conftest import EVENT_TIMEOUT_S, long_request, metric, reliability_server, stop, wait_metric
 
 TIMEOUT_S = 3.0
 TOKENS = 40000
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 def timeout_server(tmp_path_factory):
     server = reliability_server(tmp_path_factory, "tiny-timeout", timeout_s=TIMEOUT_S, max_out=TOKENS)
     yield server
-    server.process.stop()
+    stop(server)
 
 
 def test_request_timeout_cancels_generation(timeout_server, emit):
