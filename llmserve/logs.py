@@ -162,9 +162,10 @@ class TritonHandler(logging.Handler):
         super().__init__(logging.DEBUG)
         self.triton = triton_logger
         self.addFilter(RequestIdFilter())
+        self.setFormatter(logging.Formatter())  # for its formatException
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"[{record.name}] {_body(record, self.formatter or logging.Formatter())}"
+        return f"[{record.name}] {_body(record, self.formatter)}"
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
