@@ -69,6 +69,9 @@ ENGINE_INPUTS: list[Tensor] = [
     # Upstream's cancel-by-id: a request with stop=true cancels the requests with its request id
     # (postprocessing sends one when its step sees the ensemble request cancelled).
     Tensor("stop", "BOOL", (1,), reshape_scalar=True),
+    # Upstream's preprocessing answers one pad token for a decoder-only model and its end_to_end_test.py
+    # sends it back: accepted as "no decoder input", anything longer refused (no encoder-decoder models).
+    Tensor("decoder_input_ids", "INT32", (-1,), ragged=True),
 ]
 # Upstream's cancel-by-id request to the token-level model: `stop` true plus placeholders for the inputs
 # every request must carry (ignored: a stop generates nothing). Sent by postprocessing and the relay over
@@ -90,7 +93,7 @@ CONTEXT_TOKENS = 8
 
 # --- tensorrtllm layout: the relay (tensorrt_llm) in front of the C++ backend model ------------
 RELAY_INPUTS: list[Tensor] = ENGINE_INPUTS
-BACKEND_INPUTS: list[Tensor] = ENGINE_INPUTS
+BACKEND_INPUTS: list[Tensor] = ENGINE_INPUTS  # decoder_input_ids is declared, never forwarded (the relay checks it)
 BACKEND_OUTPUTS: list[Tensor] = [t for t in ENGINE_OUTPUTS if t.name != "output_context_ids"]
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------
@@ -106,10 +109,33 @@ PREPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("bad_words_list", "INT32", (2, -1)),
 ]
 
+# Upstream's names on preprocessing, for clients that call the model itself (NVIDIA's end_to_end_test.py).
+# Declared in its config besides ours; the ensemble wires only ours. A request that sends QUERY is read
+# under these names and answered under upstream's output names.
+UPSTREAM_PREPROCESSING_NAMES = {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
+                                "STOP_WORDS_DICT": "stop_words", "END_ID": "end_id", "PAD_ID": "pad_id"}
+PREPROCESSING_UPSTREAM_INPUTS: list[Tensor] = [
+    Tensor("QUERY", "STRING", (1,)), Tensor("REQUEST_OUTPUT_LEN", "INT32", (1,)),
+    Tensor("BAD_WORDS_DICT", "STRING", (-1,)), Tensor("STOP_WORDS_DICT", "STRING", (-1,)),
+    Tensor("END_ID", "INT32", (1,)), Tensor("PAD_ID", "INT32", (1,)),
+]
+# our output -> upstream's; DECODER_INPUT_ID / REQUEST_DECODER_INPUT_LEN are what upstream's preprocessing
+# answers for a decoder-only model (one pad token), which tensorrt_llm takes back as "no decoder input".
+UPSTREAM_PREPROCESSING_OUTPUT_NAMES = {"input_ids": "INPUT_ID", "input_lengths": "REQUEST_INPUT_LEN",
+                                       "request_output_len": "REQUEST_OUTPUT_LEN", "out_end_id": "OUT_END_ID",
+                                       "out_pad_id": "OUT_PAD_ID", "stop_words_list": "STOP_WORDS_IDS",
+                                       "bad_words_list": "BAD_WORDS_IDS"}
+PREPROCESSING_UPSTREAM_OUTPUTS: list[Tensor] = [
+    Tensor("INPUT_ID", "INT32", (-1,)), Tensor("REQUEST_INPUT_LEN", "INT32", (1,)),
+    Tensor("REQUEST_OUTPUT_LEN", "INT32", (-1,)), Tensor("DECODER_INPUT_ID", "INT32", (-1,)),
+    Tensor("REQUEST_DECODER_INPUT_LEN", "INT32", (1,)), Tensor("BAD_WORDS_IDS", "INT32", (2, -1)),
+    Tensor("STOP_WORDS_IDS", "INT32", (2, -1)), Tensor("OUT_END_ID", "INT32", (1,)), Tensor("OUT_PAD_ID", "INT32", (1,)),
+]
+
 # --- postprocessing: exact (incremental) detokenization ----------------------------------------
 POSTPROCESSING_INPUTS: list[Tensor] = [
-    Tensor("output_ids", "INT32", (-1, -1), optional=False),
-    Tensor("sequence_length", "INT32", (-1,), optional=False),
+    Tensor("output_ids", "INT32", (-1, -1)),  # required, or TOKENS_BATCH (upstream's name) instead
+    Tensor("sequence_length", "INT32", (-1,)),  # required, or SEQUENCE_LENGTH instead
     # Only tensors that come from tensorrt_llm: Triton refuses an ensemble step that mixes inputs
     # from a decoupled model with inputs from another model.
     Tensor("output_context_ids", "INT32", (-1, -1)),
@@ -124,6 +150,13 @@ POSTPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
 ]
+# Upstream's names on postprocessing (NVIDIA's end_to_end_test.py): TOKENS_BATCH / SEQUENCE_LENGTH in,
+# OUTPUT out, declared besides ours (so output_ids / sequence_length are optional in the config; the
+# model requires one pair or the other).
+UPSTREAM_POSTPROCESSING_NAMES = {"TOKENS_BATCH": "output_ids", "SEQUENCE_LENGTH": "sequence_length"}
+POSTPROCESSING_UPSTREAM_INPUTS: list[Tensor] = [Tensor("TOKENS_BATCH", "INT32", (-1, -1)),
+                                                Tensor("SEQUENCE_LENGTH", "INT32", (-1,))]
+POSTPROCESSING_UPSTREAM_OUTPUTS: list[Tensor] = [Tensor("OUTPUT", "STRING", (-1,))]
 # Inside the ensemble the engine's log probs are their own tensors (postprocessing's are the outputs).
 ENGINE_TENSOR_IN_ENSEMBLE = {"cum_log_probs": "engine_cum_log_probs", "output_log_probs": "engine_output_log_probs"}
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..contract import UPSTREAM_POSTPROCESSING_NAMES
+from ..errors import RequestError
 from ..request.reader import Reader
 from ..text.detokenize import Detokenizer
 
@@ -27,9 +29,14 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list["dict[str
     """One result per request: its output tensors, or the exception a malformed request raised."""
     results: list = [None] * len(reads)
     items, owners = [], []  # owners: (request index, beams, log probs)
+    upstream = [read("TOKENS_BATCH") is not None for read in reads]  # upstream's names: answered as OUTPUT
+    reads = [_upstream_reader(read) if up else read for read, up in zip(reads, upstream)]
     for i, read in enumerate(reads):
         try:
             ids, lengths = read("output_ids"), read("sequence_length")  # [1, beam, n], [1, beam]
+            if ids is None or lengths is None:
+                raise RequestError("output_ids", "output_ids and sequence_length (or upstream's TOKENS_BATCH and "
+                                                 "SEQUENCE_LENGTH) are required")
             context = read("output_context_ids")  # [1, beam, <= CONTEXT_TOKENS] or absent
             beams = [(ids[0, b, : lengths[0, b]].tolist(), context[0, b].tolist() if context is not None else [])
                      for b in range(ids.shape[1])]
@@ -41,11 +48,19 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list["dict[str
         items.extend(beams)
     texts = iter(detok.decode_many(items)) if items else iter(())
     for i, beams, (cum, per_token) in owners:
+        if upstream[i]:
+            results[i] = {"OUTPUT": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_)}
+            continue
         # One string per beam and no batch dimension, as upstream's postprocessing answers (its
         # clients read text_output[0] as the text: [1, 1] broke NVIDIA's end_to_end_grpc_client.py).
         results[i] = {"text_output": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_),
                       "cum_log_probs": cum, "output_log_probs": per_token}
     return results
+
+
+def _upstream_reader(read: Reader) -> Reader:
+    theirs = {ours: up for up, ours in UPSTREAM_POSTPROCESSING_NAMES.items()}
+    return lambda name: read(theirs.get(name, name))
 
 
 def postprocess(detok: Detokenizer, read: Reader) -> dict[str, np.ndarray]:

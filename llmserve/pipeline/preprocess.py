@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..contract import UPSTREAM_PREPROCESSING_NAMES, UPSTREAM_PREPROCESSING_OUTPUT_NAMES
 from ..errors import RequestError
 from ..request.parameters import refuse_parameters
 from ..request.reader import Reader, check, one, text, words
@@ -90,6 +91,8 @@ class Preprocessor:
         request/parameters.py: HTTP generate turns unknown JSON keys into them)."""
         results: list = []
         valid: list[tuple[int, ValidRequest, str]] = []
+        upstream = [read("QUERY") is not None for read in reads]  # called with upstream's tensor names
+        reads = [_upstream_reader(read) if up else read for read, up in zip(reads, upstream)]
         for i, read in enumerate(reads):
             try:
                 refuse_parameters(parameters[i] if parameters else None)
@@ -123,4 +126,21 @@ class Preprocessor:
                 "stop_words_list": to_word_list(self._word_ids(r.stop_words))[None],
                 "bad_words_list": to_word_list(self._word_ids(r.bad_words))[None],
             }
+            if upstream[i]:
+                results[i] = _upstream_outputs(results[i], r.pad_id)
         return results
+
+
+def _upstream_reader(read: Reader) -> Reader:
+    """Reads our input names from a request that uses upstream's (QUERY, REQUEST_OUTPUT_LEN, ...)."""
+    theirs = {ours: up for up, ours in UPSTREAM_PREPROCESSING_NAMES.items()}
+    return lambda name: read(theirs.get(name, name))
+
+
+def _upstream_outputs(outputs: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+    """Our outputs under upstream's names, plus what upstream's preprocessing answers for a decoder-only
+    model: DECODER_INPUT_ID one pad token, REQUEST_DECODER_INPUT_LEN 1."""
+    out = {UPSTREAM_PREPROCESSING_OUTPUT_NAMES[k]: v for k, v in outputs.items() if k in UPSTREAM_PREPROCESSING_OUTPUT_NAMES}
+    out["DECODER_INPUT_ID"] = np.array([[pad_id]], dtype=np.int32)
+    out["REQUEST_DECODER_INPUT_LEN"] = np.array([[1]], dtype=np.int32)
+    return out

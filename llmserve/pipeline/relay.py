@@ -43,8 +43,9 @@ from .triton_glue import error_response, reader, tensors
 log = logging.getLogger(__name__)
 
 # Inputs the relay does not forward: it always streams from the backend, matches stop words itself
-# and applies exclude_input_in_output itself.
-NOT_FORWARDED = ("streaming", "stop_words_list", "exclude_input_in_output", "stop")
+# and applies exclude_input_in_output itself; decoder_input_ids is checked (request/token_request.py) and
+# means "no decoder input" for the decoder-only models served here.
+NOT_FORWARDED = ("streaming", "stop_words_list", "exclude_input_in_output", "stop", "decoder_input_ids")
 BACKEND_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
 
 

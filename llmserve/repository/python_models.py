@@ -40,7 +40,9 @@ def _python_model(name: str, spec: Spec, inputs, outputs, *, instances: int, bat
 def preprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     opts = PreprocessOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     return _python_model(
-        C.PREPROCESSING, spec, C.PREPROCESSING_INPUTS, C.PREPROCESSING_OUTPUTS,
+        # Upstream's tensor names too, for callers of this model itself; the ensemble wires only ours.
+        C.PREPROCESSING, spec, C.PREPROCESSING_INPUTS + C.PREPROCESSING_UPSTREAM_INPUTS,
+        C.PREPROCESSING_OUTPUTS + C.PREPROCESSING_UPSTREAM_OUTPUTS,
         instances=spec.preprocessing.instances, batching=spec.preprocessing.dynamic_batching, decoupled=False,
         parameters=params(**opts.to_params()),
     )
@@ -55,7 +57,8 @@ def postprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     opts = PostprocessOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     pp = spec.postprocessing
     return _python_model(
-        C.POSTPROCESSING, spec, C.POSTPROCESSING_INPUTS, C.POSTPROCESSING_OUTPUTS,
+        C.POSTPROCESSING, spec, C.POSTPROCESSING_INPUTS + C.POSTPROCESSING_UPSTREAM_INPUTS,
+        C.POSTPROCESSING_OUTPUTS + C.POSTPROCESSING_UPSTREAM_OUTPUTS,
         instances=pp.instances, batching=pp.dynamic_batching if pp.instances > 1 else None, decoupled=False,
         parameters=params(**opts.to_params()),
     )

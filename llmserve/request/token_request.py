@@ -53,6 +53,11 @@ def parse_engine_request(read: Reader, *, vocab_size: int, default_end_ids: tupl
     check("input_lengths", length <= max_input_len, f"prompt has {length} tokens, the limit is {max_input_len}")
     prompt = ids[:length].astype(np.int64)
     check("input_ids", bool(((prompt >= 0) & (prompt < vocab_size)).all()), f"token ids must lie in [0, {vocab_size})")
+    decoder = read("decoder_input_ids")
+    # Upstream's preprocessing answers one pad token for a decoder-only model (its end_to_end_test.py
+    # sends it back): that means no decoder input. Anything longer is an encoder-decoder request.
+    check("decoder_input_ids", decoder is None or decoder.size <= 1,
+          "encoder-decoder models are not served (send at most the one pad token upstream's preprocessing gives)")
     max_tokens = one(read, "request_output_len", int, required=True)
     check("request_output_len", 1 <= max_tokens <= max_output_len, f"must be in [1, {max_output_len}], got {max_tokens}")
     end_id = one(read, "end_id", int, None)

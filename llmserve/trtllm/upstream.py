@@ -179,6 +179,7 @@ INPUTS: dict[str, IO] = {t.name: t for t in [
                                     "present in the request.'"),
     IO("input_lengths", "INT32", (1,), "Used only to split a batched request (batch > 1)."),
     IO("request_output_len", "INT32", (1,), "Max new tokens; prompt + it above max_seq_len is clamped (warning)."),
+    IO("decoder_input_ids", "INT32", (-1,), "Encoder-decoder models: the decoder's prompt (utils.h decoderInputTokens)."),
     IO("end_id", "INT32", (1,), "Executor check: 'EndId (%d) is not within acceptable range [-1, vocab).'"),
     IO("pad_id", "INT32", (1,)),
     IO("stop_words_list", "INT32", (2, -1), "Token-level: each word's ids matched as a sequence."),

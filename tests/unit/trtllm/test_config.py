@@ -81,7 +81,8 @@ def test_same_token_contract_as_torch_engine(tmp_path):
     assert list(relay.output) == list(torch.output)
     assert trt.name == C.BACKEND and trt.backend == "tensorrtllm"
     assert relay.name == C.ENGINE and relay.backend == "python"
-    assert {i.name for i in trt.input if i.allow_ragged_batch} == {"input_ids", "stop_words_list", "bad_words_list"}
+    assert {i.name for i in trt.input if i.allow_ragged_batch} == {"input_ids", "stop_words_list", "bad_words_list",
+                                                                   "decoder_input_ids"}
 
 
 def test_core_parameters(tmp_path):
