@@ -102,6 +102,40 @@ ENSEMBLE_OUTPUTS: list[Upstream] = [
 ]
 
 
+_MM = "multimodal models are not served"
+PREPROCESSING_INPUTS: list[Upstream] = [
+    Upstream("QUERY", "STRING", DIFFERENT, "read as text_input: the chat template applies as there (upstream: none)"),
+    Upstream("DECODER_QUERY", "STRING", REFUSED, "encoder-decoder models are not served"),
+    Upstream("IMAGE_BYTES", "UINT8", REFUSED, _MM),
+    Upstream("IMAGE_URL", "STRING", REFUSED, _MM),
+    Upstream("VIDEO_BYTES", "UINT8", REFUSED, _MM),
+    Upstream("REQUEST_OUTPUT_LEN", "INT32", SAME, "read as max_tokens"),
+    Upstream("BAD_WORDS_DICT", "STRING", SAME),
+    Upstream("STOP_WORDS_DICT", "STRING", SAME),
+    Upstream("EMBEDDING_BIAS_WORDS", "STRING", REFUSED, "embedding bias is not served"),
+    Upstream("EMBEDDING_BIAS_WEIGHTS", "FP32", REFUSED, "embedding bias is not served"),
+    Upstream("END_ID", "INT32", SAME),
+    Upstream("PAD_ID", "INT32", SAME),
+    Upstream("PROMPT_TABLE_EXTRA_ID", "UINT64", REFUSED, _PTUNING),
+]
+PREPROCESSING_OUTPUTS: list[Upstream] = [
+    Upstream("INPUT_ID", "INT32", SAME), Upstream("REQUEST_INPUT_LEN", "INT32", SAME),
+    Upstream("DECODER_INPUT_ID", "INT32", SAME, "one pad token (decoder-only models)"),
+    Upstream("REQUEST_DECODER_INPUT_LEN", "INT32", SAME, "1"),
+    Upstream("BAD_WORDS_IDS", "INT32", SAME), Upstream("STOP_WORDS_IDS", "INT32", SAME),
+    Upstream("EMBEDDING_BIAS", "FP32", REFUSED, "embedding bias is not served"),
+    Upstream("REQUEST_OUTPUT_LEN", "INT32", SAME),
+    Upstream("OUT_END_ID", "INT32", SAME), Upstream("OUT_PAD_ID", "INT32", SAME),
+    Upstream("OUT_PROMPT_TABLE_EXTRA_IDS", "UINT64", REFUSED, _PTUNING),
+    *[Upstream(n, dt, REFUSED, _MM) for n, dt in [
+        ("PIXEL_VALUES", "FP16"), ("ASPECT_RATIO_IDS", "INT64"), ("ASPECT_RATIO_MASK", "INT64"),
+        ("CROSS_ATTENTION_MASK", "INT64"), ("IMAGE_SIZES", "INT64"), ("IS_VIDEO_INPUT", "BOOL"),
+        ("ATTENTION_MASK", "INT64"), ("IMAGE_GRID_THW", "INT64"), ("VISION_INPUT_ID", "INT32")]],
+]
+POSTPROCESSING_INPUTS: list[Upstream] = [Upstream("TOKENS_BATCH", "INT32", SAME), Upstream("SEQUENCE_LENGTH", "INT32", SAME)]
+POSTPROCESSING_OUTPUTS: list[Upstream] = [Upstream("OUTPUT", "STRING", SAME, "one string per beam")]
+
+
 def refusal(name: str) -> str | None:
     """Why an upstream ensemble input `name` is refused here (None: not an upstream name we refuse)."""
     if name in RENAMED:

@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from .client import generate
@@ -258,3 +259,47 @@ def test_the_unary_twin_refuses_unknown_generate_keys_too(layout_server):
     ok = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "id": "u-1"},
                   model="ensemble_unary")
     assert ok.status_code == 200, ok.text
+
+
+# --- end_to_end_test.py -> preprocessing, tensorrt_llm, postprocessing, ensemble ----------------------
+
+def _http_tensor(name: str, arr: np.ndarray) -> httpclient.InferInput:
+    """end_to_end_test.py's default protocol is HTTP (utils.prepare_tensor)."""
+    t = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+    t.set_data_from_numpy(arr)
+    return t
+
+
+def test_end_to_end_test_functionality(layout_server):
+    """end_to_end_test.py -i http --max-input-len 128 --dataset ... (TensorRT-LLM triton_backend 89fd9b7),
+    test_functionality_ifb: the three models by hand under upstream's tensor names, then the ensemble,
+    and `assert output0 == ensemble_output`. Its unary calls on `tensorrt_llm` and `ensemble` need a
+    deployment with serving.streaming: false; here (streaming on) they go to the unary twins."""
+    client = httpclient.InferenceServerClient(layout_server.http)
+    for i, (prompt, output_len) in enumerate([("Summarize: the cat sat on the mat.", 12), ("Translate: bonjour", 9)]):
+        input0 = [[prompt]]
+        output0_len = np.ones_like(input0).astype(np.int32) * output_len
+        result = client.infer("preprocessing", [
+            _http_tensor("QUERY", np.array(input0).astype(object)),
+            _http_tensor("BAD_WORDS_DICT", np.array([[""]], dtype=object)),
+            _http_tensor("STOP_WORDS_DICT", np.array([[""]], dtype=object)),
+            _http_tensor("REQUEST_OUTPUT_LEN", output0_len)], request_id=str(i))
+        names = ("INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "DECODER_INPUT_ID", "OUT_END_ID", "OUT_PAD_ID")
+        ids, in_len, out_len, decoder_ids, end_id, pad_id = (result.as_numpy(n) for n in names)
+        assert all(a is not None for a in (ids, in_len, out_len, decoder_ids, end_id, pad_id))
+        result = client.infer("tensorrt_llm_unary", [
+            _http_tensor("input_ids", ids), _http_tensor("decoder_input_ids", decoder_ids),
+            _http_tensor("input_lengths", in_len), _http_tensor("request_output_len", out_len),
+            _http_tensor("end_id", end_id), _http_tensor("pad_id", pad_id)], request_id=str(i))
+        output_ids = result.as_numpy("output_ids").astype(np.int32)
+        seq_lengths = result.as_numpy("sequence_length")
+        result = client.infer("postprocessing", [_http_tensor("TOKENS_BATCH", output_ids),
+                                                 _http_tensor("SEQUENCE_LENGTH", seq_lengths)], request_id=str(i))
+        output0 = result.as_numpy("OUTPUT")
+        result = client.infer("ensemble_unary", [
+            _http_tensor("text_input", np.array(input0).astype(object)), _http_tensor("max_tokens", output0_len),
+            _http_tensor("bad_words", np.array([[""]], dtype=object)),
+            _http_tensor("stop_words", np.array([[""]], dtype=object))],
+            outputs=[httpclient.InferRequestedOutput("text_output")], request_id=str(i))
+        ensemble_output = result.as_numpy("text_output")
+        assert output0 == ensemble_output

@@ -21,6 +21,8 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "upstream-compatibility.md"
 TRTLLM_DIFFERENT = {
     "stop_words_list": "each word's ids are decoded and matched on the generated text (torch engine; in "
                        "the tensorrtllm layout the relay does it in front of the backend)",
+    "decoder_input_ids": "one pad token (what upstream's preprocessing gives a decoder-only model) means none; "
+                         "longer is refused (no encoder-decoder models)",
     "input_lengths": "required to be at most the number of input_ids; one sequence per request (batch > 1 refused)",
 }
 TRTLLM_NOTES = {
@@ -38,6 +40,12 @@ def ensemble_rows() -> list[str]:
     return [row(u.name, u.dtype, u.status, u.note) for u in U.ENSEMBLE_INPUTS + U.ENSEMBLE_OUTPUTS]
 
 
+def model_rows() -> list[str]:
+    """preprocessing and postprocessing under upstream's names."""
+    return [row(u.name, u.dtype, u.status, u.note) for u in U.PREPROCESSING_INPUTS + U.PREPROCESSING_OUTPUTS
+            + U.POSTPROCESSING_INPUTS + U.POSTPROCESSING_OUTPUTS]
+
+
 def trtllm_rows() -> list[str]:
     ours = C.by_name(C.ENGINE_INPUTS + C.ENGINE_OUTPUTS)
     rows = []
@@ -51,7 +59,7 @@ def trtllm_rows() -> list[str]:
     return rows
 
 
-@pytest.mark.parametrize("line", ensemble_rows() + trtllm_rows())
+@pytest.mark.parametrize("line", ensemble_rows() + model_rows() + trtllm_rows())
 def test_every_upstream_tensor_is_on_the_page(line):
     assert line in DOC.read_text().splitlines(), f"docs/upstream-compatibility.md lacks (or differs from):\n{line}"
 
@@ -60,7 +68,7 @@ def test_the_page_has_no_other_rows():
     tensor_row = re.compile(rf"^\| `\w+` \| [A-Z0-9]+ \| ({U.SAME}|{U.DIFFERENT}|{U.REFUSED}|ours) \|")
     rows = {line for line in DOC.read_text().splitlines() if tensor_row.match(line)}
     ours = {row(t.name, t.dtype, "ours", "") for t in C.ENSEMBLE_INPUTS + C.ENGINE_INPUTS + C.ENGINE_OUTPUTS}
-    extra = {r for r in rows - set(ensemble_rows()) - set(trtllm_rows())
+    extra = {r for r in rows - set(ensemble_rows()) - set(model_rows()) - set(trtllm_rows())
              if not any(r.startswith(o.rsplit(" |", 2)[0]) for o in ours)}
     assert not extra, f"rows for no upstream tensor: {sorted(extra)}"
 
@@ -70,6 +78,16 @@ def test_same_and_different_are_declared_with_upstreams_type():
     for u in U.ENSEMBLE_INPUTS + U.ENSEMBLE_OUTPUTS:
         if u.status != U.REFUSED:
             assert u.name in ensemble and ensemble[u.name].dtype == u.dtype, u.name
+    for ups, ours in ((U.PREPROCESSING_INPUTS, C.PREPROCESSING_UPSTREAM_INPUTS),
+                      (U.PREPROCESSING_OUTPUTS, C.PREPROCESSING_UPSTREAM_OUTPUTS),
+                      (U.POSTPROCESSING_INPUTS, C.POSTPROCESSING_UPSTREAM_INPUTS),
+                      (U.POSTPROCESSING_OUTPUTS, C.POSTPROCESSING_UPSTREAM_OUTPUTS)):
+        declared = C.by_name(ours)
+        for u in ups:
+            if u.status == U.REFUSED:
+                assert u.name not in declared, u.name
+            else:
+                assert u.name in declared and declared[u.name].dtype == u.dtype, u.name
     engine = C.by_name(C.ENGINE_INPUTS + C.ENGINE_OUTPUTS)
     for io in list(T.INPUTS.values()) + list(T.OUTPUTS.values()):
         if io.name in engine:
