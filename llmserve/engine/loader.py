@@ -4,12 +4,13 @@ so `false` really skips the capture and its memory pool."""
 
 from __future__ import annotations
 
-import torch
-
 import os
+
+import torch
 
 from .cuda_graphs import DecodeGraphs, GraphOptions
 from .llama import LlamaModel, pick_device, pick_dtype
+from .null_model import NULL_STEP_ENV, NullModel
 from .prefill_graphs import PrefillGraphs
 
 
@@ -18,6 +19,8 @@ def load_model(checkpoint: str, *, device: str, dtype: str, max_slots: int, max_
     """device/dtype: the spec's names ("auto", "cpu", "cuda", "bfloat16", ...); threads 0 keeps torch's."""
     if threads:
         torch.set_num_threads(threads)
+    if os.environ.get(NULL_STEP_ENV):  # benchmarks of the serving layers alone (engine/null_model.py)
+        return NullModel(checkpoint, float(os.environ[NULL_STEP_ENV]), max_slots, max_seq_len)
     dev = pick_device(device)
     model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), max_slots, max_seq_len)
     if cuda_graphs and dev.type == "cuda":
