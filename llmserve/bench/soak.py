@@ -30,10 +30,10 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import numpy as np
 import requests
 
 from ..checkpoint import build_checkpoint
+from ..client.wire import infer_inputs
 from ..deploy.tritonserver import TritonProcess, free_ports
 from ..logs import add_cli_options, configure_from_args
 from ..repository.writer import write_repository
@@ -106,8 +106,10 @@ class Load:
                 self.errors.append(f"{time.strftime('%H:%M:%S')} {kind}: {detail[:300]}")
 
     def body(self) -> dict:
+        # Half greedy, half sampled (TensorRT-LLM's rule: top_k == top_p == 0 is greedy, whatever the temperature).
+        sampled = {"temperature": 0.7, "top_p": 0.95} if self.rng.random() < 0.5 else {"temperature": 0.0}
         return {"text_input": self.rng.choice(PROMPTS), "max_tokens": self.rng.randint(1, self.max_tokens),
-                "temperature": self.rng.choice([0.0, 0.7]), "seed": self.rng.randint(0, 2**31)}
+                **sampled, "seed": self.rng.randint(0, 2**31)}
 
     def http_generate(self, s):
         r = s.post(f"http://{self.http}/v2/models/ensemble/generate", json=self.body(), timeout=300)
@@ -135,13 +137,7 @@ class Load:
         self.record("http_invalid", r.status_code == 400, f"{r.status_code} {r.text}")
 
     def _inputs(self, grpcclient):
-        b = self.body()
-        inputs = []
-        for name, value, dtype in (("text_input", np.array([[b["text_input"].encode()]], dtype=object), "BYTES"),
-                                   ("max_tokens", np.array([[b["max_tokens"]]], dtype=np.int32), "INT32"),
-                                   ("temperature", np.array([[b["temperature"]]], dtype=np.float32), "FP32")):
-            inputs.append(grpcclient.InferInput(name, [1, 1], dtype).set_data_from_numpy(value))
-        return inputs
+        return infer_inputs(self.body(), grpcclient)
 
     def grpc_unary(self, _):
         import tritonclient.grpc as grpcclient
