@@ -34,7 +34,8 @@ for spec in scripts/h200/bench-1b*.yaml; do
 import sys
 from llmserve.spec import load_spec, ROOT
 from llmserve.repository.writer import write_repository
-write_repository(load_spec(ROOT / sys.argv[1]), sys.argv[1], ROOT / sys.argv[2])" $spec $H/model_repository$suffix
+spec = load_spec(ROOT / sys.argv[1])  # the tensorrtllm layout is served by the stand-in for the C++ backend
+write_repository(spec, sys.argv[1], ROOT / sys.argv[2], standin=spec.engine.kind == 'tensorrtllm')" $spec $H/model_repository$suffix
 done
 if [ -n "${2:-}" ]; then
   rm -rf .h13/base && mkdir -p .h13/base && git archive "$2" llmserve tools | tar -x -C .h13/base

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run HERE before the issue-17 ceiling run (python3 must have tritonclient: the venv first on PATH):
+#   bash scripts/h200/ceiling-prepare.sh [BASE_COMMIT]
+# Fills build/h17 (ignored; carry it, about 60 MiB with the tree): what scripts/h200/prepare.sh puts there
+# (trimmed pytriton, wheels, numpy for the stubs, tokenizer), the OpenAI frontend's wheels for Python 3.12
+# (the GPU image lacks fastapi, starlette, uvicorn), and two trees side by side, each with its own
+# rendered repositories of bench-1b.yaml (torch layout) and bench-1b-trtllm.yaml (tensorrtllm layout,
+# stand-in): after = this working tree, base = BASE_COMMIT (default: main) plus engine/null_model.py,
+# so the "before" runs the same null engine. The device runs: bash build/h17/after/scripts/h200/ceiling.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SRC=$PWD
+BASE=${1:-main}
+H=build/h17
+bash scripts/h200/prepare.sh $H
+rm -rf $H/model_repository*  # each tree renders its own below
+PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d $H/whl"
+$PIP fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 opentelemetry-api==$(python3 -m pip show opentelemetry-api 2>/dev/null | sed -n 's/^Version: //p' || echo 1.39.1)
+rm -f $H/whl/perf_analyzer-*.whl  # not used here: room for the trees
+rm -rf $H/after $H/base && mkdir -p $H/after $H/base
+git ls-files -co --exclude-standard llmserve tools scripts specs | tar -cf - -T - | tar -xf - -C $H/after
+git archive "$BASE" llmserve tools scripts specs | tar -xf - -C $H/base
+cp llmserve/engine/null_model.py llmserve/engine/loader.py $H/base/llmserve/engine/
+cp scripts/h200/bench-1b-trtllm.yaml $H/base/scripts/h200/
+for tree in after base; do
+  ln -s ../.. $H/$tree/build  # tree/build = build: the checkpoints, and the repositories' relative paths
+  for spec in bench-1b bench-1b-trtllm; do
+    (cd $H/$tree && PYTHONPATH=$PWD python3 -c "
+import sys
+from llmserve.spec import load_spec, ROOT
+from llmserve.repository.writer import write_repository
+spec = load_spec(ROOT / sys.argv[1])
+write_repository(spec, sys.argv[1], ROOT / sys.argv[2], standin=spec.engine.kind == 'tensorrtllm')" \
+      scripts/h200/$spec.yaml repos/model_repository${spec#bench-1b})
+  done
+done
+find $H -name __pycache__ -prune -exec rm -rf {} +
+du -sh $H; du -sh $H/* | sort -h | tail -5

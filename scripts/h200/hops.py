@@ -1,0 +1,111 @@
+"""Run a load command and report what each hop of the server did meanwhile (issue 17's ceiling run):
+CPU seconds of tritonserver, of each Python model's stubs and of other processes (the OpenAI frontend),
+and the Triton request counts per model, as rates and as CPU per streamed token.
+
+    python3 scripts/h200/hops.py --triton-pid PID --metrics localhost:18002 --top ensemble --output-len 128 \
+        --label NAME --out point.json [--pid frontend=PID ...] -- python3 tools/bench.py ... --out DIR
+
+Tokens are counted on the server (successful requests of --top x --output-len), so CPU per token covers
+the warm-up as well as the measured window; tok/s and TTFT are the bench's own (results.json in the
+bench's --out directory, read when present)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import psutil
+
+METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count)\{model="([^"]+)",version="[^"]*"\} (\S+)')
+
+
+def cpu_of(p: psutil.Process) -> float:
+    try:
+        t = p.cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
+
+
+def processes(triton_pid: int, extra: dict[str, int]) -> dict[str, float]:
+    """CPU seconds by hop: 'tritonserver', 'stub:<model>' (its instances summed), and the extra pids
+    with their children."""
+    out: dict[str, float] = defaultdict(float)
+    server = psutil.Process(triton_pid)
+    out["tritonserver"] = cpu_of(server)
+    for child in server.children(recursive=True):
+        try:
+            argv = child.cmdline()
+        except psutil.Error:
+            continue
+        model = next((Path(a).parent.parent.name for a in argv if a.endswith("model.py")), None)
+        out[f"stub:{model}" if model else f"child:{child.name()}"] += cpu_of(child)
+    for name, pid in extra.items():
+        p = psutil.Process(pid)
+        out[name] = cpu_of(p) + sum(cpu_of(c) for c in p.children(recursive=True))
+    return dict(out)
+
+
+def metrics(url: str) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://{url}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = METRIC.match(line)
+        if m:
+            out[f"{m.group(1).removeprefix('nv_inference_')}:{m.group(2)}"] = float(m.group(3))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--triton-pid", type=int, required=True)
+    ap.add_argument("--metrics", required=True, help="host:port of Triton's metrics")
+    ap.add_argument("--top", required=True, help="the model the load calls (ensemble, tensorrt_llm)")
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--pid", action="append", default=[], help="NAME=PID of another process to account (frontend)")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--bench-out", help="the bench's --out directory (results.json)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    extra = dict(kv.split("=", 1) for kv in a.pid)
+    extra = {k: int(v) for k, v in extra.items()}
+    cpu0, m0, t0 = processes(a.triton_pid, extra), metrics(a.metrics), time.monotonic()
+    rc = subprocess.call(cmd)
+    wall = time.monotonic() - t0
+    cpu1, m1 = processes(a.triton_pid, extra), metrics(a.metrics)
+    dm = {k: m1[k] - m0.get(k, 0.0) for k in m1}
+    tokens = dm.get(f"request_success:{a.top}", 0.0) * a.output_len
+    point = {"label": a.label, "rc": rc, "wall_s": round(wall, 2), "server_tokens": tokens,
+             "server_tok_per_s": round(tokens / wall, 1),
+             "cpu": {k: {"cores": round((cpu1[k] - cpu0.get(k, 0.0)) / wall, 3),
+                         "us_per_token": round((cpu1[k] - cpu0.get(k, 0.0)) / tokens * 1e6, 2) if tokens else None}
+                     for k in cpu1},
+             "calls_per_s": {k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items()
+                             if k.startswith("request_success:") and v},
+             "execs_per_s": {k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items()
+                             if k.startswith("exec_count:") and v}}
+    if a.bench_out and (Path(a.bench_out) / "results.json").exists():
+        runs = json.loads((Path(a.bench_out) / "results.json").read_text())["runs"]
+        point["bench"] = [{"target": r["target"], "load": r["load"], "tok_s": r["summary"]["output_tokens_per_s"],
+                           "ttft_p50_ms": r["summary"]["ttft_ms"]["p50"], "errors": r["summary"]["errors"],
+                           "chunks_per_request": r["summary"].get("mean_chunks_per_request")} for r in runs]
+    Path(a.out).write_text(json.dumps(point, indent=1))
+    b = point.get("bench", [{}])[0]
+    cores = ", ".join(f"{k} {v['cores']:.2f} ({v['us_per_token']} us/tok)" for k, v in point["cpu"].items()
+                      if v["cores"] > 0.02)
+    print(f"HOPS {a.label}: bench {b.get('tok_s')} tok/s ttft50 {b.get('ttft_p50_ms')} err {b.get('errors')}; "
+          f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; cores: {cores}", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
