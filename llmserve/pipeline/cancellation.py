@@ -10,8 +10,10 @@ Why each exists (Triton 2.51):
   postprocessing step does, since each streamed tensorrt_llm response spawns one. So postprocessing
   relays it (`CancelRelay`): a BLS request with `stop` true and the same request id (ensemble steps
   inherit the client's id) makes tensorrt_llm cancel that generation (upstream's cancel-by-id, which
-  the TensorRT-LLM backend implements too), and the step answers CANCELLED. The relay sends the same
-  request to the C++ backend (`send_stop`).
+  the TensorRT-LLM backend implements too). The step itself is then answered as usual, never with an
+  error: an error from one ensemble step while another (tensorrt_llm) is still in flight leaves the
+  ensemble request in flight in Triton for good, and every later SIGTERM waits the whole exit timeout
+  (docs/cancellation.md). The relay sends the same request to the C++ backend (`send_stop`).
 - A `stop` request names the requests to cancel by their Triton request id; `CancelRegistry` maps an
   id to the cancel hooks of the requests that carry it (handleStopRequest in the C++ backend).
 
@@ -32,7 +34,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..contract import CANCELLED_MESSAGE, ENGINE, ENGINE_INPUTS, STOP_REQUEST, by_name
+from ..contract import ENGINE, ENGINE_INPUTS, STOP_REQUEST, by_name
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +181,3 @@ class CancelRelay:
         remember(self.stopped, key, None)
         send_stop(self.pb, self.engine_model, key)
         return True
-
-    def cancelled_response(self):
-        pb = self.pb
-        return pb.InferenceResponse(error=pb.TritonError(CANCELLED_MESSAGE, pb.TritonError.CANCELLED))

@@ -23,15 +23,8 @@ class TritonPythonModel:
         self.cancel = CancelRelay(pb_utils, opts.cancellation_check_period_ms / 1000)
 
     def execute(self, requests):
-        responses = [None] * len(requests)
-        live = []
-        for i, request in enumerate(requests):
-            if self.cancel.cancelled(request):
-                responses[i] = self.cancel.cancelled_response()
-            else:
-                live.append(i)
-        results = postprocess_batch(self.detok, [reader(pb_utils, requests[i]) for i in live])
-        for i, r in zip(live, results):
-            responses[i] = (error_response(pb_utils, r) if isinstance(r, Exception)
-                            else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r)))
-        return responses
+        for request in requests:
+            self.cancel.cancelled(request)  # sends the stop; the step is answered as usual, never with an error
+        results = postprocess_batch(self.detok, [reader(pb_utils, r) for r in requests])
+        return [error_response(pb_utils, r) if isinstance(r, Exception)
+                else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r)) for r in results]
