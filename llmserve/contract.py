@@ -55,6 +55,7 @@ ENSEMBLE_OUTPUTS: list[Tensor] = [
 ]
 
 # --- tensorrt_llm (token level; identical for the torch and the TensorRT-LLM engine) ------------
+REQUEST_KEY = "request_key"  # ours: the id a `stop` names (see ENGINE_INPUTS)
 ENGINE_INPUTS: list[Tensor] = [
     Tensor("input_ids", "INT32", (-1,), optional=False, ragged=True),
     Tensor("input_lengths", "INT32", (1,), optional=False, reshape_scalar=True),
@@ -72,6 +73,11 @@ ENGINE_INPUTS: list[Tensor] = [
     # Upstream's preprocessing answers one pad token for a decoder-only model and its end_to_end_test.py
     # sends it back: accepted as "no decoder input", anything longer refused (no encoder-decoder models).
     Tensor("decoder_input_ids", "INT32", (-1,), ragged=True),
+    # Ours, additive: the id a `stop` names to cancel this request, when it is not the Triton request
+    # id. Preprocessing sends the client's request id, or mints one when the client set none, so that
+    # every ensemble request can be cancelled; the engine echoes it (an output of the same name) to
+    # postprocessing, whose step sees the cancel (pipeline/cancellation.py).
+    Tensor(REQUEST_KEY, "STRING", (1,)),
 ]
 # Upstream's cancel-by-id request to the token-level model: `stop` true plus placeholders for the inputs
 # every request must carry (ignored: a stop generates nothing). Sent by postprocessing and the relay over
@@ -88,13 +94,17 @@ ENGINE_OUTPUTS: list[Tensor] = [
     # precede output_ids, so postprocessing can detokenize each chunk exactly without keeping
     # per-request state (see llmserve/text/detokenize.py).
     Tensor("output_context_ids", "INT32", (-1, -1)),
+    # Ours, additive: the request_key input, echoed with every response that carries tokens (only when
+    # the request had one), so the postprocessing step that sees the cancel can name the generation.
+    Tensor(REQUEST_KEY, "STRING", (1,)),
 ]
 CONTEXT_TOKENS = 8
 
 # --- tensorrtllm layout: the relay (tensorrt_llm) in front of the C++ backend model ------------
 RELAY_INPUTS: list[Tensor] = ENGINE_INPUTS
-BACKEND_INPUTS: list[Tensor] = ENGINE_INPUTS  # decoder_input_ids is declared, never forwarded (the relay checks it)
-BACKEND_OUTPUTS: list[Tensor] = [t for t in ENGINE_OUTPUTS if t.name != "output_context_ids"]
+# decoder_input_ids is declared, never forwarded (the relay checks it); request_key is ours, not the backend's.
+BACKEND_INPUTS: list[Tensor] = [t for t in ENGINE_INPUTS if t.name != REQUEST_KEY]
+BACKEND_OUTPUTS: list[Tensor] = [t for t in ENGINE_OUTPUTS if t.name not in ("output_context_ids", REQUEST_KEY)]
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------
 PREPROCESSING_INPUTS: list[Tensor] = ENSEMBLE_INPUTS
@@ -107,6 +117,7 @@ PREPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("streaming", "BOOL", (1,)),
     Tensor("stop_words_list", "INT32", (2, -1)),
     Tensor("bad_words_list", "INT32", (2, -1)),
+    Tensor(REQUEST_KEY, "STRING", (1,)),
 ]
 
 # Upstream's names on preprocessing, for clients that call the model itself (NVIDIA's end_to_end_test.py).
@@ -144,6 +155,7 @@ POSTPROCESSING_INPUTS: list[Tensor] = [
     # engine sent an optional tensor.
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
+    Tensor(REQUEST_KEY, "STRING", (1,)),  # the engine's echo: a cancelled step's `stop` names it
 ]
 POSTPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("text_output", "STRING", (-1,)),
@@ -158,7 +170,9 @@ POSTPROCESSING_UPSTREAM_INPUTS: list[Tensor] = [Tensor("TOKENS_BATCH", "INT32", 
                                                 Tensor("SEQUENCE_LENGTH", "INT32", (-1,))]
 POSTPROCESSING_UPSTREAM_OUTPUTS: list[Tensor] = [Tensor("OUTPUT", "STRING", (-1,))]
 # Inside the ensemble the engine's log probs are their own tensors (postprocessing's are the outputs).
-ENGINE_TENSOR_IN_ENSEMBLE = {"cum_log_probs": "engine_cum_log_probs", "output_log_probs": "engine_output_log_probs"}
+# The echoed request_key likewise (preprocessing's is the engine's input).
+ENGINE_TENSOR_IN_ENSEMBLE = {"cum_log_probs": "engine_cum_log_probs", "output_log_probs": "engine_output_log_probs",
+                             REQUEST_KEY: "engine_request_key"}
 
 # Ensemble tensor -> tensorrt_llm input, where names differ (upstream client names on the left).
 ENSEMBLE_TO_ENGINE = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "out_end_id": "end_id", "out_pad_id": "pad_id"}
