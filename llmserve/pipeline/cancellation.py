@@ -8,19 +8,23 @@ Why each exists (Triton 2.51):
 - Triton flags a cancelled ensemble request only on the steps it schedules after the cancel (core's
   ensemble scheduler; server#6739): the running tensorrt_llm step never sees it, but the next
   postprocessing step does, since each streamed tensorrt_llm response spawns one. So postprocessing
-  relays it (`CancelRelay`): a BLS request with `stop` true and the same request id (ensemble steps
-  inherit the client's id) makes tensorrt_llm cancel that generation (upstream's cancel-by-id, which
-  the TensorRT-LLM backend implements too). The step itself is then answered as usual, never with an
+  relays it (`CancelRelay`): a BLS request with `stop` true whose request id is the request's key
+  (below) makes tensorrt_llm cancel that generation (upstream's cancel-by-id, which the TensorRT-LLM
+  backend implements too). The step itself is then answered as usual, never with an
   error: an error from one ensemble step while another (tensorrt_llm) is still in flight leaves the
   ensemble request in flight in Triton for good, and every later SIGTERM waits the whole exit timeout
   (docs/cancellation.md). The relay sends the same request to the C++ backend (`send_stop`).
 - A `stop` request names the requests to cancel by their Triton request id; `CancelRegistry` maps an
   id to the cancel hooks of the requests that carry it (handleStopRequest in the C++ backend).
+- A client need not set a request id, so every ensemble request gets a key that a stop can name
+  (contract.REQUEST_KEY): preprocessing, the first step to see it, sets it to the client's request id
+  or mints a unique one (`edge_key`); tensorrt_llm registers the generation under it (`request_key`)
+  and echoes it with every response; postprocessing reads it back from its step's inputs.
 
-CancelRelay's conditions: the client sets a request id (HTTP generate "id", gRPC request_id), the
-request streams (a non-streaming request has no postprocessing step until it is done), and
-postprocessing runs without dynamic batching (with it, Triton's scheduler rejects the flagged request
-before execute; the generator renders postprocessing that way when it has one instance).
+CancelRelay's conditions: the request streams (a non-streaming request has no postprocessing step
+until it is done), and postprocessing runs without dynamic batching (with it, Triton's scheduler
+answers the flagged request CANCELLED before execute; the generator renders postprocessing that way
+when it has one instance; docs/cancellation.md).
 
 `pb` is triton_python_backend_utils, passed in by the model.py adapters."""
 
@@ -29,12 +33,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import numpy as np
 
-from ..contract import ENGINE, ENGINE_INPUTS, STOP_REQUEST, by_name
+from ..contract import ENGINE, ENGINE_INPUTS, REQUEST_KEY, STOP_REQUEST, by_name
+from ..request.reader import Reader, one
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +49,24 @@ MAX_TRACKED = 4096  # request ids remembered per throttle; older ones are forgot
 
 # The C++ backend's answer to a `stop` without a request id (the relay and the stand-in give the same).
 NO_REQUEST_ID = "Trying to stop a request but request ID is not provided"
+MINTED_PREFIX = "llmserve-"
+
+
+def edge_key(request_id: str) -> str:
+    """preprocessing: the key of a new request: the client's request id (a client, or the OpenAI
+    frontend, may send `stop` with it), or a fresh unique one when the client set none."""
+    return request_id or f"{MINTED_PREFIX}{uuid.uuid4().hex}"
+
+
+def key_tensor(key: str) -> np.ndarray:
+    return np.array([[key.encode("utf-8")]], dtype=np.object_)
+
+
+def request_key(read: Reader, request_id: str) -> str:
+    """tensorrt_llm and postprocessing: the request's key: its request_key input when it has one
+    (inside the ensemble), else its Triton request id (a token-level client's own). A malformed key is
+    the client's error (RequestError)."""
+    return one(read, REQUEST_KEY, str) or request_id
 
 
 class PollThrottle:
@@ -169,9 +193,12 @@ class CancelRelay:
         self.polls = PollThrottle(period_s, clock=clock)
         self.stopped: dict[str, None] = {}  # request ids whose stop was sent (bounded, like the polls)
 
-    def cancelled(self, request) -> bool:
+    def cancelled(self, request, read: Reader) -> bool:
         """True if this step's ensemble request was cancelled (and the stop has been sent)."""
-        key = request.request_id()
+        try:
+            key = request_key(read, request.request_id())
+        except Exception:  # a malformed key from a direct caller: its request id, as without one
+            key = request.request_id()
         if not key:
             return False
         if key in self.stopped:

@@ -50,8 +50,12 @@ class EngineService:
         )
 
     def submit(self, req: EngineRequest, send: Send, is_cancelled: Callable[[], bool], key: str = "",
-               backlogged: Callable[[], bool] | None = None) -> Sequence:
-        """key: the Triton request id, which a later `stop` request names to cancel this one.
+               backlogged: Callable[[], bool] | None = None,
+               echo: "dict[str, np.ndarray] | None" = None) -> Sequence:
+        """key: the request's key (the Triton request id, or the ensemble's request_key:
+        pipeline/cancellation.request_key), which a later `stop` request names to cancel this one.
+        echo: tensors sent back with every response that carries tokens (the request_key, so the
+        postprocessing step that sees a cancel can name the generation).
         backlogged: True while an earlier response of this request still waits to be sent; streamed
         tokens are then held back and travel with the next response (coalescing by load: one
         response per stream per send, however fast the engine steps)."""
@@ -86,7 +90,7 @@ class EngineService:
             outputs = stream.chunk(tokens, logprobs, finished)
             if outputs is None:  # nothing new: close the stream if it ended
                 return send(None, True, None, None) if finished else None
-            send(outputs, finished, None, None)
+            send({**outputs, **echo} if echo else outputs, finished, None, None)
 
         seq = Sequence(prompt=req.prompt, params=req.params, on_output=on_output, is_cancelled=is_cancelled,
                        streaming=req.streaming, key=key)

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import UPSTREAM_PREPROCESSING_NAMES, UPSTREAM_PREPROCESSING_OUTPUT_NAMES
+from ..contract import REQUEST_KEY, UPSTREAM_PREPROCESSING_NAMES, UPSTREAM_PREPROCESSING_OUTPUT_NAMES
 from ..errors import RequestError
 from ..request.parameters import refuse_parameters
 from ..request.reader import Reader, check, one, text, words
 from ..request.sampling import CLIENT_NAMES, read_sampling
 from ..request.word_lists import to_word_list
 from ..text.tokenizer import load_hf_tokenizer
+from .cancellation import edge_key, key_tensor
 from .options import PreprocessOptions
 
 
@@ -84,11 +85,13 @@ class Preprocessor:
         ids = [self.tok.encode(w, add_special_tokens=False) for w in ws] if ws else []
         return [w for w in ids if w]
 
-    def process(self, reads: list[Reader], parameters: "list[str | dict | None] | None" = None
-                ) -> list[dict[str, np.ndarray] | RequestError]:
+    def process(self, reads: list[Reader], parameters: "list[str | dict | None] | None" = None,
+                request_ids: "list[str] | None" = None) -> list[dict[str, np.ndarray] | RequestError]:
         """One result per request: output tensors (with a leading batch dim of 1) or the error.
         `parameters`: each request's request parameters (a JSON object), all refused (see
-        request/parameters.py: HTTP generate turns unknown JSON keys into them)."""
+        request/parameters.py: HTTP generate turns unknown JSON keys into them). `request_ids`: the
+        Triton request ids (empty when the client set none): each request's key, the id a `stop`
+        names to cancel it, is its id or a unique minted one (pipeline/cancellation.py)."""
         results: list = []
         valid: list[tuple[int, ValidRequest, str]] = []
         upstream = [read("QUERY") is not None for read in reads]  # called with upstream's tensor names
@@ -125,6 +128,7 @@ class Preprocessor:
                 "streaming": np.array([[r.streaming]], dtype=np.bool_),
                 "stop_words_list": to_word_list(self._word_ids(r.stop_words))[None],
                 "bad_words_list": to_word_list(self._word_ids(r.bad_words))[None],
+                REQUEST_KEY: key_tensor(edge_key(request_ids[i] if request_ids else "")),
             }
             if upstream[i]:
                 results[i] = _upstream_outputs(results[i], r.pad_id)

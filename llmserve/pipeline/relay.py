@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import ErrorKind
+from ..contract import REQUEST_KEY, ErrorKind
 from ..errors import RequestError, triton_error
 from ..logs import request_context
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
-from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, send_stop
+from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, key_tensor, request_key, send_stop
 from .options import RelayOptions
 from .stream_output import TokenStream
 from .triton_glue import error_response, reader, tensors
@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 
 # Inputs the relay does not forward: it always streams from the backend, matches stop words itself
 # and applies exclude_input_in_output itself; decoder_input_ids is checked (request/token_request.py) and
-# means "no decoder input" for the decoder-only models served here.
-NOT_FORWARDED = ("streaming", "stop_words_list", "exclude_input_in_output", "stop", "decoder_input_ids")
+# means "no decoder input" for the decoder-only models served here; our request_key is not the backend's
+# (the relay keys its backend requests itself).
+NOT_FORWARDED = ("streaming", "stop_words_list", "exclude_input_in_output", "stop", "decoder_input_ids", REQUEST_KEY)
 BACKEND_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
 
 
@@ -149,6 +150,8 @@ class Relay:
         if stop is not None and bool(stop.reshape(-1)[0]):
             return self._forward_stop(outer, sender)
         try:
+            outer = request_key(read, outer)  # the id a `stop` names: the ensemble's key, else the request id
+            echo = {REQUEST_KEY: key_tensor(outer)} if read(REQUEST_KEY) is not None else {}
             req = parse_engine_request(
                 read, vocab_size=self.tok.get_vocab_size(), default_end_ids=(),
                 max_input_len=self.opts.max_input_len, max_output_len=self.opts.max_output_len,
@@ -161,14 +164,15 @@ class Relay:
         inner_id = f"{outer or 'relay'}:{uuid.uuid4().hex}"
         with self.inner.registered(outer, lambda: send_stop(pb, self.target, inner_id)), request_context(outer or None):
             try:
-                self._relay(request, req, inner_id, sender)
+                self._relay(request, req, inner_id, sender, echo)
             except Exception as e:  # the BLS call or a send failed: never leave the client waiting
                 log.exception("relay request %s failed", inner_id)
                 with contextlib.suppress(Exception):  # (fails if the final response went out already)
                     sender.send(pb.InferenceResponse(error=triton_error(pb, f"relay: {e}", ErrorKind.INTERNAL)),
                                 flags=final)
 
-    def _relay(self, request, req: EngineRequest, inner_id: str, sender) -> None:
+    def _relay(self, request, req: EngineRequest, inner_id: str, sender, echo: dict) -> None:
+        """echo: tensors sent back with every chunk (the request_key, for postprocessing's stop)."""
         pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         # Only the outputs the client asked for: an unrequested tensor handed to a decoupled sender
         # kills a Python 3.12 stub (triton_glue.tensors).
@@ -193,7 +197,7 @@ class Relay:
             tokens = backend_tokens(ids.as_numpy(), lengths)
             chunk = stream.push(tokens, None if lp is None else lp.as_numpy().reshape(-1)[: len(tokens)].tolist())
             if chunk is not None:
-                sender.send(pb.InferenceResponse(output_tensors=tensors(pb, chunk, wanted)))
+                sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)))
             if stream.stopped or (hasattr(sender, "is_cancelled") and polls.due() and sender.is_cancelled()):
                 send_stop(pb, self.target, inner_id)
                 break  # the rest of the stream (if any) is dropped with the iterator
@@ -203,7 +207,7 @@ class Relay:
                   len(stream.generated), " (stop word)" if stream.stopped else "", inner_id)
         if chunk is None:
             return sender.send(flags=final)
-        sender.send(pb.InferenceResponse(output_tensors=tensors(pb, chunk, wanted)), flags=final)
+        sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)), flags=final)
 
     def _error(self, message: str):
         """A backend error, as it comes back over BLS (always INTERNAL): its code restored from its kind

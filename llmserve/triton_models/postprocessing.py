@@ -23,8 +23,9 @@ class TritonPythonModel:
         self.cancel = CancelRelay(pb_utils, opts.cancellation_check_period_ms / 1000)
 
     def execute(self, requests):
-        for request in requests:
-            self.cancel.cancelled(request)  # sends the stop; the step is answered as usual, never with an error
-        results = postprocess_batch(self.detok, [reader(pb_utils, r) for r in requests])
+        reads = [reader(pb_utils, r) for r in requests]
+        for request, read in zip(requests, reads):
+            self.cancel.cancelled(request, read)  # sends the stop; the step is answered as usual, never with an error
+        results = postprocess_batch(self.detok, reads)
         return [error_response(pb_utils, r) if isinstance(r, Exception)
                 else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r)) for r in results]

@@ -13,8 +13,10 @@ import threading
 
 import triton_python_backend_utils as pb_utils
 
+from llmserve.contract import REQUEST_KEY
 from llmserve.errors import RequestError
 from llmserve.logs import to_triton
+from llmserve.pipeline.cancellation import key_tensor, request_key
 from llmserve.pipeline.engine_service import EngineService
 from llmserve.pipeline.health import StubWatchdog
 from llmserve.pipeline.metrics import EngineMetrics
@@ -54,7 +56,9 @@ class TritonPythonModel:
                     send(None, True)  # upstream answers a stop with one empty final response
                     continue
                 req = self.service.parse(read)
-                self.service.submit(req, send, send.is_cancelled, key=request.request_id(), backlogged=send.backlogged)
+                key = request_key(read, request.request_id())  # the ensemble's key, else the request id
+                echo = {REQUEST_KEY: key_tensor(key)} if read(REQUEST_KEY) is not None else None
+                self.service.submit(req, send, send.is_cancelled, key=key, backlogged=send.backlogged, echo=echo)
             except Exception as e:  # this request only; its neighbours in the batch go on
                 send.fail(e)
         return None
@@ -80,7 +84,7 @@ class TritonPythonModel:
                     continue
                 req = self.service.parse(read)
                 req.streaming = False
-                self.service.submit(req, send, lambda: False, key=request.request_id())
+                self.service.submit(req, send, lambda: False, key=request_key(read, request.request_id()))
                 done.append(event)
             except Exception as e:  # this request only
                 responses[i] = error_response(pb_utils, e)

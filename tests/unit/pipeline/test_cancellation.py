@@ -4,10 +4,13 @@ registry forgets every request that ends."""
 
 import threading
 
+import numpy as np
 import pytest
 
-from llmserve.pipeline.cancellation import (NO_REQUEST_ID, CancelRegistry, CancelRelay, PollThrottle, send_stop,
-                                            stop_inputs)
+from llmserve.contract import REQUEST_KEY
+from llmserve.errors import RequestError
+from llmserve.pipeline.cancellation import (NO_REQUEST_ID, CancelRegistry, CancelRelay, PollThrottle, edge_key,
+                                            key_tensor, request_key, send_stop, stop_inputs)
 from llmserve.pipeline.options import PostprocessOptions, RelayOptions
 
 from ..trtllm.test_config import make_spec
@@ -87,20 +90,54 @@ def test_a_failing_stop_never_raises(caplog):
     assert "stub gone" in caplog.text and "no such request" in caplog.text
 
 
+def NO_KEY(name):  # a step without the request_key input (a direct caller of postprocessing)
+    return None
+
+
+def _key(key: str):
+    return lambda name: key_tensor(key) if name == REQUEST_KEY else None
+
+
+def test_the_edge_keeps_a_client_id_and_mints_a_unique_one_otherwise():
+    assert edge_key("client-7") == "client-7"
+    minted = {edge_key("") for _ in range(1000)}
+    assert len(minted) == 1000 and all(minted)
+
+
+def test_the_key_is_the_request_key_input_when_sent_else_the_request_id():
+    assert request_key(_key("llmserve-abc"), "") == "llmserve-abc"
+    assert request_key(_key("llmserve-abc"), "client") == "llmserve-abc"
+    assert request_key(NO_KEY, "client") == "client"
+    with pytest.raises(RequestError, match=REQUEST_KEY):
+        request_key(lambda name: np.array([[b"\xff"]], dtype=object), "")
+
+
+def test_a_cancelled_step_without_a_client_id_stops_its_generation_by_its_key():
+    """tritonclient's default: no request id. The key preprocessing minted, echoed by the engine, is
+    what the stop names (docs/cancellation.md)."""
+    pb = FakePb({"tensorrt_llm": stopping_model()})
+    relay = CancelRelay(pb, 0)
+    request = Request({}, request_id="")
+    request.cancelled = True
+    assert relay.cancelled(request, _key("llmserve-1"))
+    assert [c.request_id for c in pb.calls] == ["llmserve-1"]
+    assert relay.cancelled(request, lambda name: np.array([[b"\xff"]], dtype=object)) is False  # no key: no stop
+
+
 def test_cancel_relay_polls_once_per_period_and_stops_once():
     clock = Clock()
     pb = FakePb({"tensorrt_llm": stopping_model()})
     relay = CancelRelay(pb, 0.25, clock=clock)
     request = Request({}, request_id="r1")
-    assert not relay.cancelled(request) and request.polls == 1
+    assert not relay.cancelled(request, NO_KEY) and request.polls == 1
     clock.now += 0.125
-    assert not relay.cancelled(request) and request.polls == 1  # within the period: not asked
+    assert not relay.cancelled(request, NO_KEY) and request.polls == 1  # within the period: not asked
     request.cancelled = True
     clock.now += 0.125
-    assert relay.cancelled(request) and request.polls == 2
-    assert relay.cancelled(request) and request.polls == 2  # known: neither asked again nor stopped again
+    assert relay.cancelled(request, NO_KEY) and request.polls == 2
+    assert relay.cancelled(request, NO_KEY) and request.polls == 2  # known: neither asked again nor stopped again
     assert [c.request_id for c in pb.calls] == ["r1"]
-    assert not relay.cancelled(Request({}, request_id=""))  # no id: nothing to stop
+    assert not relay.cancelled(Request({}, request_id=""), NO_KEY)  # no id: nothing to stop
 
 
 def test_registry_runs_every_hook_of_an_id_and_forgets_finished_requests():

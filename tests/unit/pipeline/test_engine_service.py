@@ -43,3 +43,27 @@ def test_backlogged_tokens_travel_with_the_next_response(tiny_llama):
     assert [len(c) for c in every] == [1] * 12
     assert sum(held, []) == sum(every, [])  # the same tokens, fewer responses
     assert len(held) < len(every) and len(held[1]) == 4  # three steps held back, then sent together
+
+
+def test_the_echo_travels_with_every_response_that_carries_tokens(tiny_llama):
+    """The request_key comes back with each chunk, so the postprocessing step that sees a cancel can
+    name the generation in its `stop` (pipeline/cancellation.py)."""
+    import numpy as np
+
+    service = _service(tiny_llama)
+    got, done = [], threading.Event()
+    req = EngineRequest(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=5), streaming=True,
+                        exclude_input_in_output=True, return_log_probs=False)
+
+    def send(outputs, final, failure=None, message=None):
+        got.append(outputs)
+        if final:
+            done.set()
+
+    key = np.array([[b"llmserve-1"]], dtype=object)
+    try:
+        service.submit(req, send, lambda: False, key="llmserve-1", echo={"request_key": key})
+        assert done.wait(120)
+    finally:
+        service.shutdown()
+    assert got and all(o["request_key"] is key for o in got if o is not None)
