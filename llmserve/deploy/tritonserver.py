@@ -99,6 +99,11 @@ def command(paths: ServerPaths, repository: Path, *, http_port: int, grpc_port: 
         f"--exit-timeout-secs={exit_timeout_s}",
         "--strict-readiness=true",
         "--model-control-mode=none",
+        # Our configs are complete (docker/launch.sh runs with this flag too). With auto-complete on,
+        # the Python backend starts one extra stub per model only to ask it for a config, importing
+        # its model.py (torch for the engine and preprocessing) before the real stubs do it again:
+        # on a loaded 2-core machine that doubled a replica's restart time.
+        "--disable-auto-complete-config",
         # Several servers on one host need distinct shared-memory names for their Python stubs.
         f"--backend-config=python,shm-region-prefix-name={instance_tag}_",
         *restricted_flags(key),
