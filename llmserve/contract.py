@@ -61,8 +61,15 @@ ENGINE_INPUTS: list[Tensor] = [
     Tensor("input_lengths", "INT32", (1,), optional=False, reshape_scalar=True),
     Tensor("request_output_len", "INT32", (1,), optional=False, reshape_scalar=True),
     *_scalars("INT32", "end_id", "pad_id", "beam_width", "runtime_top_k", "min_tokens", reshape=True),
-    *_scalars("FP32", "temperature", "runtime_top_p", "repetition_penalty", "presence_penalty",
-              "frequency_penalty", reshape=True),
+    *_scalars(
+        "FP32",
+        "temperature",
+        "runtime_top_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        reshape=True,
+    ),
     Tensor("seed", "UINT64", (1,), reshape_scalar=True),
     *_scalars("BOOL", "streaming", "exclude_input_in_output", "return_log_probs", reshape=True),
     Tensor("stop_words_list", "INT32", (2, -1), ragged=True),  # row 0: concatenated ids, row 1: end offsets (-1 pad)
@@ -123,24 +130,43 @@ PREPROCESSING_OUTPUTS: list[Tensor] = [
 # Upstream's names on preprocessing, for clients that call the model itself (NVIDIA's end_to_end_test.py).
 # Declared in its config besides ours; the ensemble wires only ours. A request that sends QUERY is read
 # under these names and answered under upstream's output names.
-UPSTREAM_PREPROCESSING_NAMES = {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
-                                "STOP_WORDS_DICT": "stop_words", "END_ID": "end_id", "PAD_ID": "pad_id"}
+UPSTREAM_PREPROCESSING_NAMES = {
+    "QUERY": "text_input",
+    "REQUEST_OUTPUT_LEN": "max_tokens",
+    "BAD_WORDS_DICT": "bad_words",
+    "STOP_WORDS_DICT": "stop_words",
+    "END_ID": "end_id",
+    "PAD_ID": "pad_id",
+}
 PREPROCESSING_UPSTREAM_INPUTS: list[Tensor] = [
-    Tensor("QUERY", "STRING", (1,)), Tensor("REQUEST_OUTPUT_LEN", "INT32", (1,)),
-    Tensor("BAD_WORDS_DICT", "STRING", (-1,)), Tensor("STOP_WORDS_DICT", "STRING", (-1,)),
-    Tensor("END_ID", "INT32", (1,)), Tensor("PAD_ID", "INT32", (1,)),
+    Tensor("QUERY", "STRING", (1,)),
+    Tensor("REQUEST_OUTPUT_LEN", "INT32", (1,)),
+    Tensor("BAD_WORDS_DICT", "STRING", (-1,)),
+    Tensor("STOP_WORDS_DICT", "STRING", (-1,)),
+    Tensor("END_ID", "INT32", (1,)),
+    Tensor("PAD_ID", "INT32", (1,)),
 ]
 # our output -> upstream's; DECODER_INPUT_ID / REQUEST_DECODER_INPUT_LEN are what upstream's preprocessing
 # answers for a decoder-only model (one pad token), which tensorrt_llm takes back as "no decoder input".
-UPSTREAM_PREPROCESSING_OUTPUT_NAMES = {"input_ids": "INPUT_ID", "input_lengths": "REQUEST_INPUT_LEN",
-                                       "request_output_len": "REQUEST_OUTPUT_LEN", "out_end_id": "OUT_END_ID",
-                                       "out_pad_id": "OUT_PAD_ID", "stop_words_list": "STOP_WORDS_IDS",
-                                       "bad_words_list": "BAD_WORDS_IDS"}
+UPSTREAM_PREPROCESSING_OUTPUT_NAMES = {
+    "input_ids": "INPUT_ID",
+    "input_lengths": "REQUEST_INPUT_LEN",
+    "request_output_len": "REQUEST_OUTPUT_LEN",
+    "out_end_id": "OUT_END_ID",
+    "out_pad_id": "OUT_PAD_ID",
+    "stop_words_list": "STOP_WORDS_IDS",
+    "bad_words_list": "BAD_WORDS_IDS",
+}
 PREPROCESSING_UPSTREAM_OUTPUTS: list[Tensor] = [
-    Tensor("INPUT_ID", "INT32", (-1,)), Tensor("REQUEST_INPUT_LEN", "INT32", (1,)),
-    Tensor("REQUEST_OUTPUT_LEN", "INT32", (-1,)), Tensor("DECODER_INPUT_ID", "INT32", (-1,)),
-    Tensor("REQUEST_DECODER_INPUT_LEN", "INT32", (1,)), Tensor("BAD_WORDS_IDS", "INT32", (2, -1)),
-    Tensor("STOP_WORDS_IDS", "INT32", (2, -1)), Tensor("OUT_END_ID", "INT32", (1,)), Tensor("OUT_PAD_ID", "INT32", (1,)),
+    Tensor("INPUT_ID", "INT32", (-1,)),
+    Tensor("REQUEST_INPUT_LEN", "INT32", (1,)),
+    Tensor("REQUEST_OUTPUT_LEN", "INT32", (-1,)),
+    Tensor("DECODER_INPUT_ID", "INT32", (-1,)),
+    Tensor("REQUEST_DECODER_INPUT_LEN", "INT32", (1,)),
+    Tensor("BAD_WORDS_IDS", "INT32", (2, -1)),
+    Tensor("STOP_WORDS_IDS", "INT32", (2, -1)),
+    Tensor("OUT_END_ID", "INT32", (1,)),
+    Tensor("OUT_PAD_ID", "INT32", (1,)),
 ]
 
 # --- postprocessing: exact (incremental) detokenization ----------------------------------------
@@ -166,16 +192,26 @@ POSTPROCESSING_OUTPUTS: list[Tensor] = [
 # OUTPUT out, declared besides ours (so output_ids / sequence_length are optional in the config; the
 # model requires one pair or the other).
 UPSTREAM_POSTPROCESSING_NAMES = {"TOKENS_BATCH": "output_ids", "SEQUENCE_LENGTH": "sequence_length"}
-POSTPROCESSING_UPSTREAM_INPUTS: list[Tensor] = [Tensor("TOKENS_BATCH", "INT32", (-1, -1)),
-                                                Tensor("SEQUENCE_LENGTH", "INT32", (-1,))]
+POSTPROCESSING_UPSTREAM_INPUTS: list[Tensor] = [
+    Tensor("TOKENS_BATCH", "INT32", (-1, -1)),
+    Tensor("SEQUENCE_LENGTH", "INT32", (-1,)),
+]
 POSTPROCESSING_UPSTREAM_OUTPUTS: list[Tensor] = [Tensor("OUTPUT", "STRING", (-1,))]
 # Inside the ensemble the engine's log probs are their own tensors (postprocessing's are the outputs).
 # The echoed request_key likewise (preprocessing's is the engine's input).
-ENGINE_TENSOR_IN_ENSEMBLE = {"cum_log_probs": "engine_cum_log_probs", "output_log_probs": "engine_output_log_probs",
-                             REQUEST_KEY: "engine_request_key"}
+ENGINE_TENSOR_IN_ENSEMBLE = {
+    "cum_log_probs": "engine_cum_log_probs",
+    "output_log_probs": "engine_output_log_probs",
+    REQUEST_KEY: "engine_request_key",
+}
 
 # Ensemble tensor -> tensorrt_llm input, where names differ (upstream client names on the left).
-ENSEMBLE_TO_ENGINE = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "out_end_id": "end_id", "out_pad_id": "pad_id"}
+ENSEMBLE_TO_ENGINE = {
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "out_end_id": "end_id",
+    "out_pad_id": "pad_id",
+}
 
 # Model names in the repository.
 PREPROCESSING, ENGINE, POSTPROCESSING, ENSEMBLE = "preprocessing", "tensorrt_llm", "postprocessing", "ensemble"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .contract import (BUSY_PREFIX, CANCELLED_MESSAGE, ERROR_MARKERS, UNAVAILABLE_PREFIX, ErrorKind)
+from .contract import BUSY_PREFIX, CANCELLED_MESSAGE, ERROR_MARKERS, UNAVAILABLE_PREFIX, ErrorKind
 
 # RequestError messages read "invalid <field>: <problem>".
 _INVALID = re.compile(r"\binvalid [A-Za-z_]+: ")

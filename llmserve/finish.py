@@ -7,12 +7,12 @@ from enum import Enum
 
 
 class FinishReason(str, Enum):
-    STOP = "stop"            # the end token (it is not part of the output)
+    STOP = "stop"  # the end token (it is not part of the output)
     STOP_WORD = "stop_word"  # a stop word appeared (the output ends before it)
-    LENGTH = "length"        # max_tokens reached
+    LENGTH = "length"  # max_tokens reached
     CANCELLED = "cancelled"  # the client went away or cancelled
-    TIMEOUT = "timeout"      # serving.request_timeout_s passed
-    ERROR = "error"          # the engine failed this request (the message says why)
+    TIMEOUT = "timeout"  # serving.request_timeout_s passed
+    ERROR = "error"  # the engine failed this request (the message says why)
 
     @property
     def completed(self) -> bool:

@@ -27,28 +27,32 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Iterator, Optional
 
 ROOT_LOGGER = "llmserve"
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
 
-_request_id: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("llmserve_request_id", default=None)
+_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("llmserve_request_id", default=None)
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is a field of its own.
 # (uvicorn adds `color_message`, its message with terminal colours: not a field.)
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "request_id",
-                                                                       "color_message"}
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "request_id",
+    "color_message",
+}
 
 
 # --- the request id -----------------------------------------------------------------------------------
-def current_request_id() -> Optional[str]:
+def current_request_id() -> str | None:
     return _request_id.get()
 
 
 @contextlib.contextmanager
-def request_context(request_id: Optional[str]) -> Iterator[None]:
+def request_context(request_id: str | None) -> Iterator[None]:
     """Every record logged inside (this task and the tasks it starts) carries this request id."""
     token = _request_id.set(request_id)
     try:
@@ -101,8 +105,14 @@ class JsonFormatter(logging.Formatter):
             exc = self.formatException(record.exc_info)
         elif record.exc_text:
             exc = record.exc_text
-        doc = {"time": _utc(record.created), "level": record.levelname, "logger": record.name,
-               "message": record.getMessage(), "request_id": getattr(record, "request_id", None), "exc_info": exc}
+        doc = {
+            "time": _utc(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None),
+            "exc_info": exc,
+        }
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in doc:
                 doc[key] = value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
@@ -137,12 +147,14 @@ def configure(level: str | int = "info", json: bool = False, stream=None) -> log
     return handler
 
 
-def add_cli_options(parser, *, level: Optional[str] = None) -> None:
+def add_cli_options(parser, *, level: str | None = None) -> None:
     """--log-level and --log-format for a CLI (defaults: the spec's `logging:` section, see from_args)."""
-    parser.add_argument("--log-level", choices=LEVELS, default=level,
-                        help="default: the spec's logging.level, else info")
-    parser.add_argument("--log-format", choices=FORMATS, default=None,
-                        help="default: the spec's logging.format, else text")
+    parser.add_argument(
+        "--log-level", choices=LEVELS, default=level, help="default: the spec's logging.level, else info"
+    )
+    parser.add_argument(
+        "--log-format", choices=FORMATS, default=None, help="default: the spec's logging.format, else text"
+    )
 
 
 def configure_from_args(args, spec=None) -> logging.Handler:
@@ -216,7 +228,7 @@ class Throttle:
         self._suppressed: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def allow(self, key: str) -> Optional[int]:
+    def allow(self, key: str) -> int | None:
         now = self.clock()
         with self._lock:
             last = self._last.get(key)
@@ -229,8 +241,15 @@ class Throttle:
             self._last[key] = now
             return self._suppressed.pop(key, 0)
 
-    def exception(self, logger: logging.Logger, e: BaseException, message: str, *args,
-                  level: int = logging.ERROR, request_id: Optional[str] = None) -> bool:
+    def exception(
+        self,
+        logger: logging.Logger,
+        e: BaseException,
+        message: str,
+        *args,
+        level: int = logging.ERROR,
+        request_id: str | None = None,
+    ) -> bool:
         """Log `message` with e's traceback, unless the same error was reported less than interval_s
         ago (then only count it). True if logged."""
         left_out = self.allow(error_key(e))

@@ -33,6 +33,7 @@ def io(tensors: list[C.Tensor], cls):
 def params(**values) -> dict:
     """Model parameters as Triton wants them: every value a string, booleans "true"/"false", None
     left out (the model then uses its own default)."""
+
     def text(v):
         return ("true" if v else "false") if isinstance(v, bool) else str(v)
 

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh --haproxy
 .venv/bin/python scripts/build_engine.py --spec specs/default.yaml
 .venv/bin/python tools/generate.py --spec specs/default.yaml --check
+# Lint and format (configured in pyproject.toml): a style slip fails CI in seconds, before any server starts.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 # The H200's stubs run Python 3.12 (ours 3.11): where a 3.12 interpreter exists, give the stub test
 # its environment (numpy only, seconds) so CI runs it instead of skipping it.
 # (pyenv's shim answers `command -v` without a 3.12 selected: try each candidate for real.)

@@ -40,8 +40,9 @@ class Server:
         return f"http://localhost:{self.process.metrics_port}/metrics"
 
 
-def start_server(spec_path: Path, workdir: Path, *, repository: Path | None = None, extra=(),
-                 standin: bool = False) -> Server:
+def start_server(
+    spec_path: Path, workdir: Path, *, repository: Path | None = None, extra=(), standin: bool = False
+) -> Server:
     spec = load_spec(spec_path)
     build_checkpoint(spec)
     if repository is None:
@@ -49,8 +50,16 @@ def start_server(spec_path: Path, workdir: Path, *, repository: Path | None = No
         write_repository(spec, spec_path.name, repository, standin=standin)
     http, grpc, metrics = free_ports(3)
     log = workdir / f"tritonserver-{http}.log"
-    proc = TritonProcess(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                         exit_timeout_s=spec.serving.exit_timeout_s, log_path=log, admin_key=ADMIN_KEY, extra=extra)
+    proc = TritonProcess(
+        repository,
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        exit_timeout_s=spec.serving.exit_timeout_s,
+        log_path=log,
+        admin_key=ADMIN_KEY,
+        extra=extra,
+    )
     proc.start()
     try:
         # Ends when ready: only a hung start waits this long (a start on a loaded machine took 180 s).
@@ -99,8 +108,9 @@ def layout_server(request):
 @pytest.fixture(scope="session")
 def smollm2_server(tmp_path_factory):
     """The committed model_repository/ with the real SmolLM2-135M-Instruct."""
-    server = start_server(ROOT / "specs/default.yaml", tmp_path_factory.mktemp("smollm2"),
-                          repository=ROOT / "model_repository")
+    server = start_server(
+        ROOT / "specs/default.yaml", tmp_path_factory.mktemp("smollm2"), repository=ROOT / "model_repository"
+    )
     yield server
     stop(server)
 

@@ -32,14 +32,26 @@ class Long:
 LONG = {
     "soak_s": Long("tests/reliability/test_soak_short.py", "s", ci=60, full=120, env=("LLMSERVE_SOAK_S",)),
     # At least one chaos event always runs, to its end (the replica is back UP), however short the time.
-    "chaos_min": Long("tests/ha/test_engine_health.py::test_chaos_soak_short", "min", ci=1, full=2,
-                      env=("LLMSERVE_CHAOS_MIN",)),
-    "fuzz_http_examples": Long("tests/fuzz/test_fuzz_http.py", "cases", ci=500, full=1000,
-                               env=("LLMSERVE_FUZZ_EXAMPLES",)),
-    "fuzz_grpc_examples": Long("tests/fuzz/test_fuzz_grpc.py", "cases", ci=200, full=400,
-                               env=("LLMSERVE_FUZZ_GRPC_EXAMPLES", "LLMSERVE_FUZZ_EXAMPLES")),
-    "fuzz_token_examples": Long("tests/fuzz/test_fuzz_token_level.py", "cases", ci=100, full=100,
-                                env=("LLMSERVE_FUZZ_TOKEN_EXAMPLES", "LLMSERVE_FUZZ_EXAMPLES")),
+    "chaos_min": Long(
+        "tests/ha/test_engine_health.py::test_chaos_soak_short", "min", ci=1, full=2, env=("LLMSERVE_CHAOS_MIN",)
+    ),
+    "fuzz_http_examples": Long(
+        "tests/fuzz/test_fuzz_http.py", "cases", ci=500, full=1000, env=("LLMSERVE_FUZZ_EXAMPLES",)
+    ),
+    "fuzz_grpc_examples": Long(
+        "tests/fuzz/test_fuzz_grpc.py",
+        "cases",
+        ci=200,
+        full=400,
+        env=("LLMSERVE_FUZZ_GRPC_EXAMPLES", "LLMSERVE_FUZZ_EXAMPLES"),
+    ),
+    "fuzz_token_examples": Long(
+        "tests/fuzz/test_fuzz_token_level.py",
+        "cases",
+        ci=100,
+        full=100,
+        env=("LLMSERVE_FUZZ_TOKEN_EXAMPLES", "LLMSERVE_FUZZ_EXAMPLES"),
+    ),
 }
 
 
@@ -73,5 +85,6 @@ def fuzz_derandomize() -> bool:
 def describe() -> str:
     """One line for pytest's header: what this run's long tests do."""
     fixed = "fixed" if fuzz_derandomize() else "new random"
-    return (f"durations profile {profile()}: " + ", ".join(f"{n} {long(n):g}" for n in LONG)
-            + f"; fuzz draws {fixed} cases")
+    return (
+        f"durations profile {profile()}: " + ", ".join(f"{n} {long(n):g}" for n in LONG) + f"; fuzz draws {fixed} cases"
+    )

@@ -36,11 +36,13 @@ def main() -> int:
     args = ap.parse_args()
     spec = load_spec(args.spec)
     settings = settings_from_spec(spec, ["unused:1"])
-    ensemble = ScriptedEnsemble(pieces=[(" tok", 1)] * args.output_len, delay_s=args.delay_ms / 1000,
-                                keep_requests=False)
+    ensemble = ScriptedEnsemble(
+        pieces=[(" tok", 1)] * args.output_len, delay_s=args.delay_ms / 1000, keep_requests=False
+    )
     app = create_app(Service(settings, client=ensemble), KeyCheck([]))
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="asyncio",
-                http=args.http)
+    uvicorn.run(
+        app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="asyncio", http=args.http
+    )
     return 0
 
 

@@ -59,8 +59,12 @@ def run_load(url: str, body: dict | None, n: int, conc: int) -> dict:
         t.join()
     wall = time.perf_counter() - t0
     lat.sort()
-    return {"p50_ms": round(statistics.median(lat) * 1000, 2), "p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 2),
-            "req_s": round(n / wall, 1), "errors": errors}
+    return {
+        "p50_ms": round(statistics.median(lat) * 1000, 2),
+        "p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 2),
+        "req_s": round(n / wall, 1),
+        "errors": errors,
+    }
 
 
 def main() -> int:
@@ -76,22 +80,35 @@ def main() -> int:
     write_repository(spec, Path(args.spec).name, repo)
     p = free_ports(6)
     cluster = Cluster(spec, repo, work, replicas=1, replica_ports=[tuple(p[:3])], lb_ports=tuple(p[3:]))
-    results = {"spec": args.spec, "concurrency": args.concurrency, "requests": args.requests,
-               "check": spec.ha.check.model_dump()}
+    results = {
+        "spec": args.spec,
+        "concurrency": args.concurrency,
+        "requests": args.requests,
+        "check": spec.ha.check.model_dump(),
+    }
     try:
         cluster.start()
         direct, lb = f"http://127.0.0.1:{p[0]}", f"http://127.0.0.1:{p[3]}"
-        cases = [("health_ready", "/v2/health/ready", None, args.requests * 5),
-                 ("generate_1_token", "/v2/models/ensemble/generate", {"text_input": "Hi", "max_tokens": 1}, args.requests),
-                 ("generate_16_tokens", "/v2/models/ensemble/generate", {"text_input": "Hi", "max_tokens": 16},
-                  args.requests // 2)]
+        cases = [
+            ("health_ready", "/v2/health/ready", None, args.requests * 5),
+            ("generate_1_token", "/v2/models/ensemble/generate", {"text_input": "Hi", "max_tokens": 1}, args.requests),
+            (
+                "generate_16_tokens",
+                "/v2/models/ensemble/generate",
+                {"text_input": "Hi", "max_tokens": 16},
+                args.requests // 2,
+            ),
+        ]
         for name, path, body, n in cases:
             run_load(direct + path, body, max(20, n // 10), args.concurrency)  # warm-up
             d = run_load(direct + path, body, n, args.concurrency)
             h = run_load(lb + path, body, n, args.concurrency)
-            results[name] = {"direct": d, "haproxy": h,
-                             "p50_overhead_ms": round(h["p50_ms"] - d["p50_ms"], 2),
-                             "throughput_ratio": round(h["req_s"] / d["req_s"], 3)}
+            results[name] = {
+                "direct": d,
+                "haproxy": h,
+                "p50_overhead_ms": round(h["p50_ms"] - d["p50_ms"], 2),
+                "throughput_ratio": round(h["req_s"] / d["req_s"], 3),
+            }
             print(f"{name:20s} direct {d}\n{'':20s} haproxy {h}", flush=True)
         r = cluster.replicas[0]
         # Hung server: SIGSTOP the whole process group; checks time out.

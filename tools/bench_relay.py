@@ -42,10 +42,12 @@ def _stream(grpc_url: str, tokens: int) -> tuple[float, list[float]]:
     client = grpcclient.InferenceServerClient(grpc_url)
     client.start_stream(callback=lambda result, error: results.put((time.perf_counter(), result, error)))
     inputs = []
-    for name, arr, dtype in (("text_input", np.array([[b"Tell me a long story."]], dtype=np.object_), "BYTES"),
-                             ("max_tokens", np.array([[tokens]], dtype=np.int32), "INT32"),
-                             ("min_tokens", np.array([[tokens]], dtype=np.int32), "INT32"),
-                             ("stream", np.array([[True]], dtype=np.bool_), "BOOL")):
+    for name, arr, dtype in (
+        ("text_input", np.array([[b"Tell me a long story."]], dtype=np.object_), "BYTES"),
+        ("max_tokens", np.array([[tokens]], dtype=np.int32), "INT32"),
+        ("min_tokens", np.array([[tokens]], dtype=np.int32), "INT32"),
+        ("stream", np.array([[True]], dtype=np.bool_), "BOOL"),
+    ):
         t = grpcclient.InferInput(name, list(arr.shape), dtype)
         t.set_data_from_numpy(arr)
         inputs.append(t)
@@ -73,16 +75,25 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     rows = []
-    for label, path, standin in (("torch layout", "specs/tiny.yaml", False),
-                                 ("tensorrtllm layout (stand-in)", "specs/tiny-trtllm.yaml", True)):
+    for label, path, standin in (
+        ("torch layout", "specs/tiny.yaml", False),
+        ("tensorrtllm layout (stand-in)", "specs/tiny-trtllm.yaml", True),
+    ):
         spec = _spec(path, max(args.tokens))
         build_checkpoint(spec)
         with tempfile.TemporaryDirectory() as tmp:
             repo = Path(tmp) / "model_repository"
             write_repository(spec, path, repo, standin=standin)
             http, grpc, metrics = free_ports(3)
-            proc = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=5,
-                                 log_path=Path(tmp) / "server.log", admin_key="bench")
+            proc = TritonProcess(
+                repo,
+                http_port=http,
+                grpc_port=grpc,
+                metrics_port=metrics,
+                exit_timeout_s=5,
+                log_path=Path(tmp) / "server.log",
+                admin_key="bench",
+            )
             proc.start()
             try:
                 try:
@@ -97,8 +108,14 @@ def main(argv=None) -> int:
                         total, g = _stream(f"localhost:{grpc}", n)
                         totals.append(total / n)
                         gaps.extend(g)
-                    rows.append((label, n, statistics.median(totals) * 1e3,
-                                 statistics.median(gaps) * 1e3 if gaps else float("nan")))
+                    rows.append(
+                        (
+                            label,
+                            n,
+                            statistics.median(totals) * 1e3,
+                            statistics.median(gaps) * 1e3 if gaps else float("nan"),
+                        )
+                    )
             finally:
                 proc.stop()
     print(f"{'layout':32s} {'tokens':>7s} {'request ms/token':>17s} {'median chunk gap ms':>20s}")

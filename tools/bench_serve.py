@@ -40,8 +40,19 @@ def main() -> int:
     threading.Thread(target=watch, daemon=True).start()
     try:
         extra = [a for a in args.bench_args if a != "--"]
-        cmd = [sys.executable, str(ROOT / "tools/bench.py"), "--url", grpc, "--http-url", http,
-               "--spec", str(spec), "--out", str(out), *extra]
+        cmd = [
+            sys.executable,
+            str(ROOT / "tools/bench.py"),
+            "--url",
+            grpc,
+            "--http-url",
+            http,
+            "--spec",
+            str(spec),
+            "--out",
+            str(out),
+            *extra,
+        ]
         rc = subprocess.call(cmd)
     finally:
         stop.set()

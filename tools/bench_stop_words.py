@@ -16,9 +16,9 @@ import sys
 import time
 
 from llmserve.request.word_lists import MAX_TOTAL_CHARS, MAX_WORD_CHARS, MAX_WORDS
+from llmserve.spec import ROOT
 from llmserve.text.stop_words import StopMatcher
 from llmserve.text.tokenizer import load_fast
-from llmserve.spec import ROOT
 
 
 def main(argv=None) -> int:
@@ -33,10 +33,12 @@ def main(argv=None) -> int:
     per_word = MAX_TOTAL_CHARS // MAX_WORDS
     cases = {
         "1 word of 5 chars": ["STOP!"],
-        f"{MAX_WORDS} words of {per_word} chars (the total limit)":
-            ["ab" * (per_word // 2 - 1) + f"{i:02d}" for i in range(MAX_WORDS)],
-        f"16 words of {MAX_WORD_CHARS} chars (the per-word limit)":
-            ["ab" * (MAX_WORD_CHARS // 2 - 1) + f"{i:02d}" for i in range(16)],
+        f"{MAX_WORDS} words of {per_word} chars (the total limit)": [
+            "ab" * (per_word // 2 - 1) + f"{i:02d}" for i in range(MAX_WORDS)
+        ],
+        f"16 words of {MAX_WORD_CHARS} chars (the per-word limit)": [
+            "ab" * (MAX_WORD_CHARS // 2 - 1) + f"{i:02d}" for i in range(16)
+        ],
     }
     print(f"{len(ids)} tokens of output; per token: push() + safe_tokens()")
     for name, words in cases.items():

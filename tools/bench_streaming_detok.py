@@ -30,12 +30,11 @@ from tokenizers.decoders import DecodeStream
 from llmserve.contract import CONTEXT_TOKENS
 from llmserve.engine.sampling import SamplingParams
 from llmserve.pipeline.postprocess import postprocess
+from llmserve.pipeline.relay import RelayStream
 from llmserve.request.token_request import EngineRequest
+from llmserve.spec import ROOT
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast
-from llmserve.pipeline.relay import RelayStream
-from llmserve.spec import ROOT
-
 
 TEXT = "The quick brown fox jumps over the lazy dog. 你好，世界！🎉👩‍👩‍👧 Écris en français. 日本語で答えてください。\n"
 
@@ -50,14 +49,20 @@ def sentencepiece() -> Tokenizer:
         vocab[a + b] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, unk_token="<unk>"))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     return tok
 
 
 def relay_and_postprocess(tok, det, ids):
-    req = EngineRequest(prompt=[1], params=SamplingParams(max_new_tokens=len(ids)), streaming=True,
-                        exclude_input_in_output=True, return_log_probs=False)
+    req = EngineRequest(
+        prompt=[1],
+        params=SamplingParams(max_new_tokens=len(ids)),
+        streaming=True,
+        exclude_input_in_output=True,
+        return_log_probs=False,
+    )
     stream, out = RelayStream(req, tok), []
     for t in ids:
         chunk = stream.push([t], None)
@@ -70,14 +75,14 @@ def relay_and_postprocess(tok, det, ids):
 
 
 def context_window(tok, det, ids):
-    return "".join(det.decode(ids[i:i + 1], ids[max(0, i - CONTEXT_TOKENS):i]) for i in range(len(ids)))
+    return "".join(det.decode(ids[i : i + 1], ids[max(0, i - CONTEXT_TOKENS) : i]) for i in range(len(ids)))
 
 
 def redecode_all(tok, det, ids):
     out, prev = [], ""
     for i in range(len(ids)):
-        cur = det.visible(ids[:i + 1])
-        out.append(cur[len(prev):] if cur.startswith(prev) else "")
+        cur = det.visible(ids[: i + 1])
+        out.append(cur[len(prev) :] if cur.startswith(prev) else "")
         prev = cur
     return "".join(out)
 
@@ -91,8 +96,13 @@ def chunk_alone(tok, det, ids):
     return "".join(det.visible([t]) for t in ids)
 
 
-DESIGNS = [("relay + postprocess", relay_and_postprocess), ("context window", context_window),
-           ("re-decode all", redecode_all), ("DecodeStream", decode_stream), ("chunk alone", chunk_alone)]
+DESIGNS = [
+    ("relay + postprocess", relay_and_postprocess),
+    ("context window", context_window),
+    ("re-decode all", redecode_all),
+    ("DecodeStream", decode_stream),
+    ("chunk alone", chunk_alone),
+]
 
 
 def main(argv=None) -> int:
@@ -100,7 +110,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=[10, 4000])
     ap.add_argument("--tokenizer", default=str(ROOT / "build/checkpoints/smollm2-135m-instruct"))
     args = ap.parse_args(argv)
-    tokenizers = [("SmolLM2 (byte-level BPE)", load_fast(args.tokenizer)), ("SentencePiece byte fallback", sentencepiece())]
+    tokenizers = [
+        ("SmolLM2 (byte-level BPE)", load_fast(args.tokenizer)),
+        ("SentencePiece byte fallback", sentencepiece()),
+    ]
     print(f"{'tokenizer':28s} {'design':20s} " + " ".join(f"{n:>8d} tok" for n in args.tokens) + "  exact")
     for tname, tok in tokenizers:
         det = Detokenizer(tok)

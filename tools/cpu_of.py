@@ -31,8 +31,12 @@ def main() -> int:
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--requests-from", help="a tools/bench.py results.json: divide by its request count")
     ap.add_argument("--warmups", type=int, default=0, help="warm-up requests per load point (bench.py --warmup)")
-    ap.add_argument("--idle-s", type=float, default=0.0,
-                    help="first measure the process idle for this long and subtract its idle rate (health checks, timers)")
+    ap.add_argument(
+        "--idle-s",
+        type=float,
+        default=0.0,
+        help="first measure the process idle for this long and subtract its idle rate (health checks, timers)",
+    )
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command

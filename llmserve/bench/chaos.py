@@ -81,12 +81,23 @@ def run_event(cluster: Cluster, kind: str, rng: random.Random, recover_timeout_s
             break
         time.sleep(0.05)
     wait_all_up(cluster, recover_timeout_s)
-    return {"event": kind, "victim": victim.name, "down_in_haproxy_s": None if down is None else round(down, 2),
-            "back_up_s": round(time.monotonic() - t0, 1)}
+    return {
+        "event": kind,
+        "victim": victim.name,
+        "down_in_haproxy_s": None if down is None else round(down, 2),
+        "back_up_s": round(time.monotonic() - t0, 1),
+    }
 
 
-def chaos(cluster: Cluster, minutes: float, *, seed: int = 0, settle_s: float = 3.0, events=EVENTS,
-          recover_timeout_s: float = 600) -> dict:
+def chaos(
+    cluster: Cluster,
+    minutes: float,
+    *,
+    seed: int = 0,
+    settle_s: float = 3.0,
+    events=EVENTS,
+    recover_timeout_s: float = 600,
+) -> dict:
     """Run the load and the events on a started cluster (its supervisor must be running)."""
     rng = random.Random(seed)
     http, grpc = f"localhost:{cluster.http_port}", f"localhost:{cluster.grpc_port}"
@@ -110,18 +121,27 @@ def chaos(cluster: Cluster, minutes: float, *, seed: int = 0, settle_s: float = 
     counts = {k: v.as_dict() for k, v in load.totals().items()}
     failed = sum(c["failed"] for c in counts.values())
     failover_cut = sum(c["cut"] for k, c in counts.items() if k.startswith("failover"))
-    return {"minutes": minutes, "elapsed_s": round(load.elapsed, 1), "hung_clients": load.hung, "events": done,
-            "counts": counts, "failed": failed, "failover_cut": failover_cut,
-            "plain_streams_cut": counts.get("plain_stream", {}).get("cut", 0),
-            "requests": sum(c["ok"] + c["failed"] + c["cut"] for c in counts.values()),
-            "pass": failed == 0 and failover_cut == 0 and load.hung == 0 and not any("error" in e for e in done)}
+    return {
+        "minutes": minutes,
+        "elapsed_s": round(load.elapsed, 1),
+        "hung_clients": load.hung,
+        "events": done,
+        "counts": counts,
+        "failed": failed,
+        "failover_cut": failover_cut,
+        "plain_streams_cut": counts.get("plain_stream", {}).get("cut", 0),
+        "requests": sum(c["ok"] + c["failed"] + c["cut"] for c in counts.values()),
+        "pass": failed == 0 and failover_cut == 0 and load.hung == 0 and not any("error" in e for e in done),
+    }
 
 
 def summary(r: dict) -> str:
-    lines = [f"chaos soak: {r['elapsed_s']} s, {r['requests']} requests, {len(r['events'])} events; "
-             f"failed {r['failed']}, failover streams cut {r['failover_cut']}, plain streams cut "
-             f"{r['plain_streams_cut']} (not resumable by a proxy), hung clients {r['hung_clients']}: "
-             f"{'PASS' if r['pass'] else 'FAIL'}"]
+    lines = [
+        f"chaos soak: {r['elapsed_s']} s, {r['requests']} requests, {len(r['events'])} events; "
+        f"failed {r['failed']}, failover streams cut {r['failover_cut']}, plain streams cut "
+        f"{r['plain_streams_cut']} (not resumable by a proxy), hung clients {r['hung_clients']}: "
+        f"{'PASS' if r['pass'] else 'FAIL'}"
+    ]
     lines += [f"  {k:16s} {v}" for k, v in r["counts"].items()]
     lines += [f"  event {e}" for e in r["events"]]
     return "\n".join(lines)
@@ -144,9 +164,14 @@ def main(argv=None) -> int:
     repo = work / "model_repository"
     write_repository(spec, Path(args.spec).name, repo)
     ports = free_ports(3 * args.replicas + 3)
-    cluster = Cluster(spec, repo, work, replicas=args.replicas,
-                      replica_ports=[tuple(ports[i * 3:i * 3 + 3]) for i in range(args.replicas)],
-                      lb_ports=tuple(ports[-3:]))
+    cluster = Cluster(
+        spec,
+        repo,
+        work,
+        replicas=args.replicas,
+        replica_ports=[tuple(ports[i * 3 : i * 3 + 3]) for i in range(args.replicas)],
+        lb_ports=tuple(ports[-3:]),
+    )
     try:
         cluster.start()
         sup = cluster.start_supervisor()

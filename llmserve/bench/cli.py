@@ -48,7 +48,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--duration", type=float, default=None, help="seconds of measurement per load point")
     p.add_argument("--requests", type=int, default=None, help="requests per load point (with or without --duration)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up requests per load point (default: the concurrency, at least 2)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up requests per load point (default: the concurrency, at least 2)",
+    )
     p.add_argument("--num-prompts", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/bench", help="directory for results.json, results.csv and plots")
@@ -62,9 +67,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--engine-max-slots", type=int, default=None, help="default: the spec's max_batch_size")
     g.add_argument("--engine-max-seq-len", type=int, default=None, help="default: max_input_len + max_output_len")
     g.add_argument("--engine-threads", type=int, default=None)
-    g.add_argument("--engine-eager", action="store_true", help="no CUDA graphs (default: the spec's engine.torch.cuda_graphs)")
-    g.add_argument("--ignore-eos", action="store_true",
-                   help="engine target: no end ids instead of min_tokens = max_tokens (the plain sampling path)")
+    g.add_argument(
+        "--engine-eager", action="store_true", help="no CUDA graphs (default: the spec's engine.torch.cuda_graphs)"
+    )
+    g.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="engine target: no end ids instead of min_tokens = max_tokens (the plain sampling path)",
+    )
     return p
 
 
@@ -122,20 +132,31 @@ async def main_async(args) -> dict:
             sys.exit(f"unknown target {t!r} (choose from {', '.join(TARGETS)})")
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv), "host": platform.node(), "machine": platform.machine(),
-        "python": platform.python_version(), "label": args.label, "checkpoint": checkpoint,
-        "input_len": args.input_len, "output_len": args.output_len, "duration_s": args.duration,
-        "requests": args.requests, "url": args.url, "targets": targets,
+        "command": " ".join(sys.argv),
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "label": args.label,
+        "checkpoint": checkpoint,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "duration_s": args.duration,
+        "requests": args.requests,
+        "url": args.url,
+        "targets": targets,
         "itl_definition": "(last token time - first token time) / (tokens - 1) per request",
     }
     runs = []
     for name in targets:
-        target = {"ensemble": lambda: GrpcEnsemble(args.url, args.model),
-                  "ensemble-http": lambda: HttpEnsemble(args.http_url, args.model),
-                  "tensorrt_llm": lambda: GrpcTokens(args.url, args.token_model),
-                  "engine": lambda: _engine_target(args, checkpoint, spec),
-                  "openai": lambda: OpenAICompletions(args.openai_url, args.openai_model or (
-                      spec.openai.served_model_name or spec.name))}[name]()
+        target = {
+            "ensemble": lambda: GrpcEnsemble(args.url, args.model),
+            "ensemble-http": lambda: HttpEnsemble(args.http_url, args.model),
+            "tensorrt_llm": lambda: GrpcTokens(args.url, args.token_model),
+            "engine": lambda: _engine_target(args, checkpoint, spec),
+            "openai": lambda: OpenAICompletions(
+                args.openai_url, args.openai_model or (spec.openai.served_model_name or spec.name)
+            ),
+        }[name]()
         await target.open()
         target = _Timed(target, args.request_timeout)
         try:
@@ -146,19 +167,38 @@ async def main_async(args) -> dict:
                     await warm_up(target, prompts, args.output_len, n_warm, int(conc))
                 desc = f"{name} {mode}={load}"
                 if mode == "concurrency":
-                    res = await fixed_concurrency(target, prompts, args.output_len, int(load), duration=args.duration,
-                                                  requests=args.requests, progress=not args.no_progress, desc=desc)
+                    res = await fixed_concurrency(
+                        target,
+                        prompts,
+                        args.output_len,
+                        int(load),
+                        duration=args.duration,
+                        requests=args.requests,
+                        progress=not args.no_progress,
+                        desc=desc,
+                    )
                 else:
-                    res = await poisson_rate(target, prompts, args.output_len, load, duration=args.duration,
-                                             requests=args.requests, seed=args.seed,
-                                             max_concurrency=args.max_concurrency, progress=not args.no_progress,
-                                             desc=desc)
+                    res = await poisson_rate(
+                        target,
+                        prompts,
+                        args.output_len,
+                        load,
+                        duration=args.duration,
+                        requests=args.requests,
+                        seed=args.seed,
+                        max_concurrency=args.max_concurrency,
+                        progress=not args.no_progress,
+                        desc=desc,
+                    )
                 summary = report.summarize(res)
                 runs.append({"target": name, "mode": mode, "load": load, "summary": summary})
                 s = summary
-                print(f"{desc:28s} {s['output_tokens_per_s']:>10.1f} tok/s {s['requests_per_s']:>7.2f} req/s  "
-                      f"TTFT p50 {s['ttft_ms']['p50']} ms  ITL p50 {s['itl_ms']['p50']} ms  "
-                      f"E2E p50 {s['e2e_ms']['p50']} ms  errors {s['errors']}", flush=True)
+                print(
+                    f"{desc:28s} {s['output_tokens_per_s']:>10.1f} tok/s {s['requests_per_s']:>7.2f} req/s  "
+                    f"TTFT p50 {s['ttft_ms']['p50']} ms  ITL p50 {s['itl_ms']['p50']} ms  "
+                    f"E2E p50 {s['e2e_ms']['p50']} ms  errors {s['errors']}",
+                    flush=True,
+                )
                 if s["error_examples"]:
                     print(f"  first errors: {s['error_examples'][:2]}", flush=True)
         finally:

@@ -29,14 +29,23 @@ class Counts:
     errors: Counter = field(default_factory=Counter)
 
     def as_dict(self):
-        return {"ok": self.ok, "failed": self.failed, "cut": self.cut, "resumed": self.resumed,
-                "retried": self.retried, "errors": dict(self.errors.most_common(3))}
+        return {
+            "ok": self.ok,
+            "failed": self.failed,
+            "cut": self.cut,
+            "resumed": self.resumed,
+            "retried": self.retried,
+            "errors": dict(self.errors.most_common(3)),
+        }
 
 
 def plain_generate(http: str, max_tokens: int, c: Counts) -> None:
     try:
-        r = requests.post(f"http://{http}/v2/models/ensemble/generate", timeout=60,
-                          json={"text_input": PROMPT, "max_tokens": max_tokens})
+        r = requests.post(
+            f"http://{http}/v2/models/ensemble/generate",
+            timeout=60,
+            json={"text_input": PROMPT, "max_tokens": max_tokens},
+        )
         if r.status_code == 200 and "text_output" in r.json():
             c.ok += 1
         else:
@@ -51,8 +60,12 @@ def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
     """A stream is cut when it broke after its first token, failed when it never started."""
     tokens = 0
     try:
-        with requests.post(f"http://{http}/v2/models/ensemble/generate_stream", stream=True, timeout=60,
-                           json={"text_input": PROMPT, "max_tokens": max_tokens, "stream": True}) as r:
+        with requests.post(
+            f"http://{http}/v2/models/ensemble/generate_stream",
+            stream=True,
+            timeout=60,
+            json={"text_input": PROMPT, "max_tokens": max_tokens, "stream": True},
+        ) as r:
             if r.status_code != 200:
                 c.failed += 1
                 c.errors[f"{r.status_code} {r.text[:80]}"] += 1
@@ -125,8 +138,10 @@ class MixedLoad:
             ("failover_unary", lambda c: failover_generate(fo_grpc, unary_tokens, c)),
         ]
         self.per_thread = [Counts() for _ in self.jobs]
-        self.threads = [threading.Thread(target=self._loop, args=(job, c), daemon=True)
-                        for (_, job), c in zip(self.jobs, self.per_thread)]
+        self.threads = [
+            threading.Thread(target=self._loop, args=(job, c), daemon=True)
+            for (_, job), c in zip(self.jobs, self.per_thread)
+        ]
 
     def _loop(self, job, counts):
         while not self.stop_event.is_set():
@@ -157,7 +172,14 @@ class MixedLoad:
 
     def report(self, title: str) -> dict[str, Counts]:
         out = self.totals()
-        logger.info("[%s] %.1f s of mixed load, %d concurrent clients (last requests finished %.1f s later; "
-                    "clients still hung: %d):\n%s", title, self.elapsed, len(self.jobs), self.drain_s, self.hung,
-                    "\n".join(f"  {k:16s} {v.as_dict()}" for k, v in out.items()))
+        logger.info(
+            "[%s] %.1f s of mixed load, %d concurrent clients (last requests finished %.1f s later; "
+            "clients still hung: %d):\n%s",
+            title,
+            self.elapsed,
+            len(self.jobs),
+            self.drain_s,
+            self.hung,
+            "\n".join(f"  {k:16s} {v.as_dict()}" for k, v in out.items()),
+        )
         return out

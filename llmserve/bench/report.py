@@ -34,20 +34,43 @@ def summarize(result: RunResult) -> dict:
     gaps = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
     out_tokens = sum(r.tokens for r in ok)
     return {
-        "requests": len(result.records), "completed": len(ok), "errors": len(errors),
+        "requests": len(result.records),
+        "completed": len(ok),
+        "errors": len(errors),
         "error_examples": sorted(set(errors))[:5],
         "duration_s": round(wall, 3),
         "output_tokens": out_tokens,
         "output_tokens_per_s": round(out_tokens / wall, 2),
         "requests_per_s": round(len(ok) / wall, 3),
-        "ttft_ms": _pct(ttft), "itl_ms": _pct(itl), "chunk_gap_ms": _pct(gaps), "e2e_ms": _pct(e2e),
+        "ttft_ms": _pct(ttft),
+        "itl_ms": _pct(itl),
+        "chunk_gap_ms": _pct(gaps),
+        "e2e_ms": _pct(e2e),
         "mean_tokens_per_request": round(out_tokens / len(ok), 2) if ok else 0,
     }
 
 
-CSV_FIELDS = ["target", "mode", "load", "requests", "completed", "errors", "duration_s", "output_tokens",
-              "output_tokens_per_s", "requests_per_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
-              "itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms"]
+CSV_FIELDS = [
+    "target",
+    "mode",
+    "load",
+    "requests",
+    "completed",
+    "errors",
+    "duration_s",
+    "output_tokens",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p90_ms",
+    "e2e_p99_ms",
+]
 
 
 def _row(run: dict) -> dict:
@@ -109,8 +132,9 @@ def plot(out_dir: Path, runs: list[dict]) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (target, mode), rs in sorted(series.items()):
         rs = sorted(rs, key=lambda r: r["load"])
-        ax.plot([r["load"] for r in rs], [r["summary"]["output_tokens_per_s"] for r in rs], "o-",
-                label=f"{target} ({mode})")
+        ax.plot(
+            [r["load"] for r in rs], [r["summary"]["output_tokens_per_s"] for r in rs], "o-", label=f"{target} ({mode})"
+        )
     ax.set_xlabel("concurrency (or request rate, req/s)")
     ax.set_ylabel("output tokens/s")
     ax.set_title("Throughput against load")

@@ -39,9 +39,17 @@ async def warm_up(target: Target, prompts: list[Prompt], output_len: int, n: int
     await asyncio.gather(*(one(i) for i in range(n)))
 
 
-async def fixed_concurrency(target: Target, prompts: list[Prompt], output_len: int, concurrency: int, *,
-                            duration: float | None, requests: int | None, progress: bool = True,
-                            desc: str = "") -> RunResult:
+async def fixed_concurrency(
+    target: Target,
+    prompts: list[Prompt],
+    output_len: int,
+    concurrency: int,
+    *,
+    duration: float | None,
+    requests: int | None,
+    progress: bool = True,
+    desc: str = "",
+) -> RunResult:
     """`concurrency` workers, each sending its next request as soon as the last one ends; new
     requests stop at the deadline or after `requests`, and requests in flight are waited for."""
     records: list[Record] = []
@@ -75,9 +83,19 @@ async def fixed_concurrency(target: Target, prompts: list[Prompt], output_len: i
     return RunResult(records, started, time.perf_counter())
 
 
-async def poisson_rate(target: Target, prompts: list[Prompt], output_len: int, rate: float, *,
-                       duration: float | None, requests: int | None, seed: int = 0, max_concurrency: int = 0,
-                       progress: bool = True, desc: str = "") -> RunResult:
+async def poisson_rate(
+    target: Target,
+    prompts: list[Prompt],
+    output_len: int,
+    rate: float,
+    *,
+    duration: float | None,
+    requests: int | None,
+    seed: int = 0,
+    max_concurrency: int = 0,
+    progress: bool = True,
+    desc: str = "",
+) -> RunResult:
     """Requests arrive as a Poisson process of `rate` per second (exponential gaps), whatever the
     server's pace; `max_concurrency` > 0 caps how many are in flight (the rest wait)."""
     rng = random.Random(seed)
@@ -99,7 +117,7 @@ async def poisson_rate(target: Target, prompts: list[Prompt], output_len: int, r
             bar.update(1)
 
     i, t = 0, started
-    while (not requests or i < requests):
+    while not requests or i < requests:
         t += rng.expovariate(rate)
         if t >= deadline:
             break

@@ -40,8 +40,14 @@ from ..repository.writer import write_repository
 from ..spec import load_spec
 
 logger = logging.getLogger(__name__)
-PROMPTS = ["Say hi", "What is the capital of France?", "Write a haiku about rain.", "List three colours.",
-           "日本語で挨拶して", "Explain TCP in one line."]
+PROMPTS = [
+    "Say hi",
+    "What is the capital of France?",
+    "Write a haiku about rain.",
+    "List three colours.",
+    "日本語で挨拶して",
+    "Explain TCP in one line.",
+]
 
 
 # --- /proc sampling --------------------------------------------------------------------------------
@@ -81,8 +87,11 @@ def sample(pid: int) -> dict[str, dict[str, int]]:
     out = {}
     for p in [pid, *children(pid)]:
         try:
-            rss = next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines()
-                       if line.startswith("VmRSS:"))
+            rss = next(
+                int(line.split()[1])
+                for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                if line.startswith("VmRSS:")
+            )
             fds = len(os.listdir(f"/proc/{p}/fd"))
         except (OSError, StopIteration):
             continue
@@ -108,8 +117,12 @@ class Load:
     def body(self) -> dict:
         # Half greedy, half sampled (TensorRT-LLM's rule: top_k == top_p == 0 is greedy, whatever the temperature).
         sampled = {"temperature": 0.7, "top_p": 0.95} if self.rng.random() < 0.5 else {"temperature": 0.0}
-        return {"text_input": self.rng.choice(PROMPTS), "max_tokens": self.rng.randint(1, self.max_tokens),
-                **sampled, "seed": self.rng.randint(0, 2**31)}
+        return {
+            "text_input": self.rng.choice(PROMPTS),
+            "max_tokens": self.rng.randint(1, self.max_tokens),
+            **sampled,
+            "seed": self.rng.randint(0, 2**31),
+        }
 
     def http_generate(self, s):
         r = s.post(f"http://{self.http}/v2/models/ensemble/generate", json=self.body(), timeout=300)
@@ -130,9 +143,14 @@ class Load:
         self.record("http_abandon", r.status_code == 200, f"{r.status_code}")
 
     def http_invalid(self, s):
-        bad = self.rng.choice([{"text_input": "hi", "max_tokens": 0}, {"text_input": "", "max_tokens": 2},
-                               {"text_input": "hi", "max_tokens": 2, "temperature": -1},
-                               {"text_input": "hi", "max_tokens": 2, "stop_words": ["x"] * 300}])
+        bad = self.rng.choice(
+            [
+                {"text_input": "hi", "max_tokens": 0},
+                {"text_input": "", "max_tokens": 2},
+                {"text_input": "hi", "max_tokens": 2, "temperature": -1},
+                {"text_input": "hi", "max_tokens": 2, "stop_words": ["x"] * 300},
+            ]
+        )
         r = s.post(f"http://{self.http}/v2/models/ensemble/generate", json=bad, timeout=60)
         self.record("http_invalid", r.status_code == 400, f"{r.status_code} {r.text}")
 
@@ -142,6 +160,7 @@ class Load:
     def grpc_unary(self, _):
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
+
         client = grpcclient.InferenceServerClient(self.grpc)
         try:
             res = client.infer("ensemble_unary", self._inputs(grpcclient), client_timeout=300)
@@ -153,6 +172,7 @@ class Load:
 
     def grpc_stream(self, _):
         import tritonclient.grpc as grpcclient
+
         client = grpcclient.InferenceServerClient(self.grpc)
         q: queue.Queue = queue.Queue()
         try:
@@ -172,8 +192,14 @@ class Load:
             client.stop_stream()
             client.close()
 
-    KINDS = {"http_generate": 4, "http_stream": 3, "grpc_stream": 2, "grpc_unary": 2, "http_invalid": 1,
-             "http_abandon": 1}
+    KINDS = {
+        "http_generate": 4,
+        "http_stream": 3,
+        "grpc_stream": 2,
+        "grpc_unary": 2,
+        "http_invalid": 1,
+        "http_abandon": 1,
+    }
 
     def worker(self, stop: threading.Event, seed: int) -> None:
         rng = random.Random(seed)
@@ -198,21 +224,37 @@ def growth(samples: list[dict], warmup_s: float, key: str) -> dict:
     out = {}
     names = sorted({n for s in after for n in s["procs"]})
     for n in names + ["total"]:
+
         def val(s):
             if n == "total":
                 return sum(p[key] for p in s["procs"].values())
             return s["procs"].get(n, {}).get(key)
+
         a = [v for v in map(val, head) if v is not None]
         b = [v for v in map(val, tail) if v is not None]
         if a and b:
             base, end = statistics.median(a), statistics.median(b)
-            out[n] = {"after_warmup": base, "end": end, "growth_pct": round(100.0 * (end - base) / max(base, 1), 2),
-                      "max": max(v for v in map(val, after) if v is not None)}
+            out[n] = {
+                "after_warmup": base,
+                "end": end,
+                "growth_pct": round(100.0 * (end - base) / max(base, 1), 2),
+                "max": max(v for v in map(val, after) if v is not None),
+            }
     return out
 
 
-def run(http: str, grpc: str, pid: int, duration_s: float, warmup_s: float, concurrency: int,
-        max_tokens: int, period_s: float, report_path: Path | None, goal_pct: float = 5.0) -> dict:
+def run(
+    http: str,
+    grpc: str,
+    pid: int,
+    duration_s: float,
+    warmup_s: float,
+    concurrency: int,
+    max_tokens: int,
+    period_s: float,
+    report_path: Path | None,
+    goal_pct: float = 5.0,
+) -> dict:
     load = Load(http, grpc, max_tokens)
     stop = threading.Event()
     threads = [threading.Thread(target=load.worker, args=(stop, i), daemon=True) for i in range(concurrency)]
@@ -228,8 +270,14 @@ def run(http: str, grpc: str, pid: int, duration_s: float, warmup_s: float, conc
             not_ready += 1
         if now - last_log >= 60:
             total = sum(p["rss_kb"] for p in samples[-1]["procs"].values())
-            logger.info("%6.0f s  requests %d  errors %d  RSS %.0f MB  procs %d", now, sum(load.counts.values()),
-                        len(load.errors), total / 1024, len(samples[-1]["procs"]))
+            logger.info(
+                "%6.0f s  requests %d  errors %d  RSS %.0f MB  procs %d",
+                now,
+                sum(load.counts.values()),
+                len(load.errors),
+                total / 1024,
+                len(samples[-1]["procs"]),
+            )
             last_log = now
         time.sleep(period_s)
     stop.set()
@@ -241,15 +289,27 @@ def run(http: str, grpc: str, pid: int, duration_s: float, warmup_s: float, conc
     # File descriptors come in small counts that move with open client connections: allow +2.
     fd_ok = all(v["growth_pct"] < goal_pct or v["end"] - v["after_warmup"] <= 2 for v in fds.values())
     report = {
-        "duration_s": duration_s, "warmup_s": warmup_s, "concurrency": concurrency, "max_tokens": max_tokens,
-        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())}, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "requests": dict(load.counts), "total_requests": sum(load.counts.values()), "errors": errors,
-        "error_samples": load.errors[:20], "not_ready_samples": not_ready,
-        "rss_growth": rss, "fd_growth": fds, "goal_pct": goal_pct,
-        "pass": {"errors": errors == 0 and not_ready == 0,
-                 "rss": bool(rss) and rss["total"]["growth_pct"] < goal_pct
-                 and all(v["growth_pct"] < goal_pct for v in rss.values()),
-                 "fds": bool(fds) and fd_ok},
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        "concurrency": concurrency,
+        "max_tokens": max_tokens,
+        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "requests": dict(load.counts),
+        "total_requests": sum(load.counts.values()),
+        "errors": errors,
+        "error_samples": load.errors[:20],
+        "not_ready_samples": not_ready,
+        "rss_growth": rss,
+        "fd_growth": fds,
+        "goal_pct": goal_pct,
+        "pass": {
+            "errors": errors == 0 and not_ready == 0,
+            "rss": bool(rss)
+            and rss["total"]["growth_pct"] < goal_pct
+            and all(v["growth_pct"] < goal_pct for v in rss.values()),
+            "fds": bool(fds) and fd_ok,
+        },
         "samples": samples,
     }
     report["ok"] = all(report["pass"].values())
@@ -260,9 +320,11 @@ def run(http: str, grpc: str, pid: int, duration_s: float, warmup_s: float, conc
 
 
 def summary(report: dict) -> str:
-    lines = [f"soak {report['duration_s']:.0f} s (warm-up {report['warmup_s']:.0f} s), concurrency "
-             f"{report['concurrency']}: {report['total_requests']} requests, {report['errors']} errors, "
-             f"{report['not_ready_samples']} not-ready samples"]
+    lines = [
+        f"soak {report['duration_s']:.0f} s (warm-up {report['warmup_s']:.0f} s), concurrency "
+        f"{report['concurrency']}: {report['total_requests']} requests, {report['errors']} errors, "
+        f"{report['not_ready_samples']} not-ready samples"
+    ]
     for k, v in sorted(report["requests"].items()):
         lines.append(f"  {k:22s} {v}")
     lines.append("  RSS growth after warm-up (kB):")
@@ -285,8 +347,14 @@ def start_server(spec_path: Path, workdir: Path, repository: Path | None = None)
         repository = workdir / "model_repository"
         write_repository(spec, spec_path.name, repository)
     http, grpc, metrics = free_ports(3)
-    server = TritonProcess(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                           exit_timeout_s=spec.serving.exit_timeout_s, log_path=workdir / f"tritonserver-{http}.log")
+    server = TritonProcess(
+        repository,
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        exit_timeout_s=spec.serving.exit_timeout_s,
+        log_path=workdir / f"tritonserver-{http}.log",
+    )
     server.start()
     try:
         server.wait_ready(timeout_s=300)
@@ -322,8 +390,9 @@ def main(argv=None) -> int:
         http, grpc, pid = f"localhost:{server.http_port}", f"localhost:{server.grpc_port}", server.proc.pid
         logger.info("server pid %d http %s grpc %s log %s", pid, http, grpc, server.log_path)
     try:
-        report = run(http, grpc, pid, args.duration, warmup, args.concurrency, args.max_tokens, args.period,
-                     Path(args.report))
+        report = run(
+            http, grpc, pid, args.duration, warmup, args.concurrency, args.max_tokens, args.period, Path(args.report)
+        )
     except KeyboardInterrupt:  # Ctrl-C: stop (the server too), no traceback
         return 130
     finally:

@@ -80,8 +80,13 @@ class _GrpcStreaming(Target):
         rec = Record(time.perf_counter())
 
         async def requests():
-            yield {"model_name": self.model, "inputs": inputs, "outputs": outputs,
-                   "request_id": str(next(_ids)), "enable_empty_final_response": True}
+            yield {
+                "model_name": self.model,
+                "inputs": inputs,
+                "outputs": outputs,
+                "request_id": str(next(_ids)),
+                "enable_empty_final_response": True,
+            }
 
         try:
             async for result, error in self.client.stream_infer(requests()):
@@ -137,11 +142,13 @@ class GrpcTokens(_GrpcStreaming):
     def _inputs(self, prompt: Prompt, output_len: int):
         from tritonclient import grpc as g
 
-        inputs = [_tensor(g, "input_ids", [prompt.ids], "INT32"),
-                  _tensor(g, "input_lengths", [[len(prompt.ids)]], "INT32"),
-                  _tensor(g, "request_output_len", [[output_len]], "INT32"),
-                  _tensor(g, "min_tokens", [[output_len]], "INT32"),
-                  _tensor(g, "streaming", [[True]], "BOOL")]
+        inputs = [
+            _tensor(g, "input_ids", [prompt.ids], "INT32"),
+            _tensor(g, "input_lengths", [[len(prompt.ids)]], "INT32"),
+            _tensor(g, "request_output_len", [[output_len]], "INT32"),
+            _tensor(g, "min_tokens", [[output_len]], "INT32"),
+            _tensor(g, "streaming", [[True]], "BOOL"),
+        ]
         return inputs, [g.InferRequestedOutput("output_ids"), g.InferRequestedOutput("sequence_length")]
 
     def _count(self, result, output_len: int) -> int:
@@ -209,9 +216,15 @@ class OpenAICompletions(Target):
         await self.session.close()
 
     async def request(self, prompt: Prompt, output_len: int) -> Record:
-        body = {"model": self.model, "prompt": prompt.text, "max_tokens": output_len, "min_tokens": output_len,
-                "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        body = {
+            "model": self.model,
+            "prompt": prompt.text,
+            "max_tokens": output_len,
+            "min_tokens": output_len,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
         rec = Record(time.perf_counter())
         seen = 0
         try:
@@ -240,11 +253,28 @@ class InProcessEngine(Target):
 
     name = "engine"
 
-    def __init__(self, checkpoint: str, *, device: str, dtype: str, max_slots: int, max_seq_len: int,
-                 cuda_graphs: bool, prefill_token_budget: int, ignore_eos: bool = False, threads: int = 0):
+    def __init__(
+        self,
+        checkpoint: str,
+        *,
+        device: str,
+        dtype: str,
+        max_slots: int,
+        max_seq_len: int,
+        cuda_graphs: bool,
+        prefill_token_budget: int,
+        ignore_eos: bool = False,
+        threads: int = 0,
+    ):
         self.checkpoint = checkpoint
-        self.model_args = dict(device=device, dtype=dtype, max_slots=max_slots, max_seq_len=max_seq_len,
-                               cuda_graphs=cuda_graphs, threads=threads)
+        self.model_args = dict(
+            device=device,
+            dtype=dtype,
+            max_slots=max_slots,
+            max_seq_len=max_seq_len,
+            cuda_graphs=cuda_graphs,
+            threads=threads,
+        )
         self.prefill_token_budget = prefill_token_budget
         self.ignore_eos = ignore_eos
 
@@ -255,9 +285,16 @@ class InProcessEngine(Target):
         from ..text.tokenizer import load_fast
 
         self.model = load_model(self.checkpoint, **self.model_args)
-        self.engine = Engine(self.model, load_fast(self.checkpoint), prefill_token_budget=self.prefill_token_budget,
-                             skip_special_tokens=True, max_waiting=1 << 30, request_timeout_s=float("inf"),
-                             stream_interval_s=0.0, cancel_poll_s=0.1)  # nothing is ever cancelled here
+        self.engine = Engine(
+            self.model,
+            load_fast(self.checkpoint),
+            prefill_token_budget=self.prefill_token_budget,
+            skip_special_tokens=True,
+            max_waiting=1 << 30,
+            request_timeout_s=float("inf"),
+            stream_interval_s=0.0,
+            cancel_poll_s=0.1,
+        )  # nothing is ever cancelled here
         self._loop = asyncio.get_running_loop()
         self._inbox: list[tuple] = []
         self._inbox_lock = threading.Lock()
@@ -280,8 +317,9 @@ class InProcessEngine(Target):
         if self.ignore_eos:  # no end ids at all: exact length on the plain (batched) sampling path
             params = SamplingParams(max_new_tokens=output_len)
         else:  # what the Triton targets ask for: min_tokens = max_tokens
-            params = SamplingParams(max_new_tokens=output_len, min_tokens=output_len,
-                                    end_ids=self.model.cfg.eos_token_ids)
+            params = SamplingParams(
+                max_new_tokens=output_len, min_tokens=output_len, end_ids=self.model.cfg.eos_token_ids
+            )
         self.engine.submit(Sequence(prompt=list(prompt.ids), params=params, on_output=on_output))
         await done
         rec.end = time.perf_counter()

@@ -23,7 +23,7 @@ class Prompt:
 
 def _word_ids(tok: Tokenizer) -> list[int]:
     ids = []
-    for token, i in tok.get_vocab().items():
+    for i in tok.get_vocab().values():
         text = tok.decode([i])
         if WORD.match(text) and tok.encode(text, add_special_tokens=False).ids == [i]:
             ids.append(i)

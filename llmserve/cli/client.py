@@ -21,14 +21,21 @@ from ..client.failover import FailoverClient, GenerationError, Stats
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prompt")
-    ap.add_argument("--url", action="append", help="host:port, repeatable (default localhost:8000, or :8001 with --grpc)")
+    ap.add_argument(
+        "--url", action="append", help="host:port, repeatable (default localhost:8000, or :8001 with --grpc)"
+    )
     ap.add_argument("--grpc", action="store_true", help="tritonclient.grpc streaming instead of HTTP generate")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--raw", action="store_true", help="apply_chat_template=false")
     ap.add_argument("--spec", help="spec whose checkpoint tokenizer renders the chat template on resume")
-    ap.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
-                    help="extra ensemble input, e.g. --param temperature=0.7 --param 'stop_words=[\"\\n\"]'")
+    ap.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="extra ensemble input, e.g. --param temperature=0.7 --param 'stop_words=[\"\\n\"]'",
+    )
     ap.add_argument("--attempts", type=int, default=6)
     args = ap.parse_args(argv)
     tokenizer_dir = None
@@ -40,8 +47,9 @@ def main(argv=None) -> int:
     params = {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     if args.raw:
         params["apply_chat_template"] = False
-    client = FailoverClient(urls, protocol="grpc" if args.grpc else "http", tokenizer_dir=tokenizer_dir,
-                            max_attempts=args.attempts)
+    client = FailoverClient(
+        urls, protocol="grpc" if args.grpc else "http", tokenizer_dir=tokenizer_dir, max_attempts=args.attempts
+    )
     try:
         if args.stream:
             gen = client.stream(args.prompt, args.max_tokens, **params)
@@ -56,8 +64,11 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if stats.retries or stats.resumes:
-        print(f"[client] {stats.attempts} attempts, {stats.retries} retries, {stats.resumes} resumes via "
-              f"{stats.endpoints}; errors: {stats.errors}", file=sys.stderr)
+        print(
+            f"[client] {stats.attempts} attempts, {stats.retries} retries, {stats.resumes} resumes via "
+            f"{stats.endpoints}; errors: {stats.errors}",
+            file=sys.stderr,
+        )
     return 0
 
 

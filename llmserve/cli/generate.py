@@ -21,9 +21,12 @@ def main(argv=None) -> int:
     ap.add_argument("--spec", default=str(ROOT / "specs/default.yaml"))
     ap.add_argument("--out", help="model repository directory to write")
     ap.add_argument("--check", action="store_true", help="compare the committed model_repository/ with the spec")
-    ap.add_argument("--standin", action="store_true",
-                    help="engine.kind tensorrtllm: serve the C++ backend's model with the CI stand-in "
-                         "(llmserve/pipeline/standin.py); every other model exactly as for production")
+    ap.add_argument(
+        "--standin",
+        action="store_true",
+        help="engine.kind tensorrtllm: serve the C++ backend's model with the CI stand-in "
+        "(llmserve/pipeline/standin.py); every other model exactly as for production",
+    )
     args = ap.parse_args(argv)
     configure("info")  # the generator's notes (llmserve.trtllm.config) go to stderr
     try:

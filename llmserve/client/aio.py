@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import AsyncIterator, Optional
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -41,14 +41,17 @@ __all__ = ["EnsembleClient", "GenerationError", "Piece", "Stats"]
 
 MAX_MESSAGE = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
     # A restarted server is found again within about a second (gRPC's default backoff grows to 120 s).
-    ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
     # A peer that vanished without closing the connection (host or network gone) is found by
     # keepalive pings on open calls. Not more often than Triton's server-side minimum (gRPC's
     # default 5 min without data): more frequent pings get the connection closed ("too_many_pings").
-    ("grpc.keepalive_time_ms", 300_000), ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_time_ms", 300_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 0),
 ]
 # Shorter than the sync client's: servers are picked by health here, so a retry rarely meets the same fault.
@@ -74,8 +77,15 @@ class EnsembleClient:
     """endpoints: Triton gRPC host:port, one per server. The knobs come from the spec's `openai:`
     section (openai_api/config.py): idle_timeout_s, max_attempts, health_interval_s."""
 
-    def __init__(self, endpoints: list[str], *, idle_timeout_s: float, max_attempts: int, health_interval_s: float,
-                 model: str = ENSEMBLE):
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        idle_timeout_s: float,
+        max_attempts: int,
+        health_interval_s: float,
+        model: str = ENSEMBLE,
+    ):
         if not endpoints:
             raise ValueError("at least one Triton gRPC endpoint is needed")
         self.urls = list(endpoints)
@@ -83,7 +93,7 @@ class EnsembleClient:
         self.idle_timeout_s, self.health_interval_s, self.model = idle_timeout_s, health_interval_s, model
         self.backoff = Backoff(BACKOFF_S, MAX_BACKOFF_S, max_attempts)
         self.picker = Picker()
-        self._health: Optional[asyncio.Task] = None
+        self._health: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
 
     # --- lifecycle (inside the server's event loop) ---------------------------------------------

@@ -35,14 +35,26 @@ from __future__ import annotations
 import json
 import queue
 import time
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 import requests
 
 from ..errors import ErrorKind
 from . import wire
-from .retry import (SPEC, Attempts, Backoff, GaveUp, GenerationError, Picker, Server, Stats, StreamBroken,
-                    grpc_error, http_error, in_band_error)
+from .retry import (
+    SPEC,
+    Attempts,
+    Backoff,
+    GaveUp,
+    GenerationError,
+    Picker,
+    Server,
+    Stats,
+    StreamBroken,
+    grpc_error,
+    http_error,
+    in_band_error,
+)
 
 __all__ = ["FailoverClient", "Generation", "GenerationError", "GaveUp", "Stats", "StreamBroken"]
 
@@ -50,12 +62,17 @@ __all__ = ["FailoverClient", "Generation", "GenerationError", "GaveUp", "Stats",
 class Generation:
     """An iterable stream of text pieces; `.text` and `.stats` once consumed."""
 
-    def __init__(self, client: "FailoverClient", request: dict):
+    def __init__(self, client: FailoverClient, request: dict):
         self.client, self.request = client, request
         self.stats = Stats()
-        self.attempts = Attempts(request, client.backoff, self.stats, len(client.servers),
-                                 lambda: client.rendered_prompt(request["text_input"], request.get("apply_chat_template")))
-        self.endpoint: Optional[str] = None
+        self.attempts = Attempts(
+            request,
+            client.backoff,
+            self.stats,
+            len(client.servers),
+            lambda: client.rendered_prompt(request["text_input"], request.get("apply_chat_template")),
+        )
+        self.endpoint: str | None = None
 
     @property
     def text(self) -> str:
@@ -89,8 +106,13 @@ class HTTPTransport:
     def _post(self, endpoint: str, path: str, body: dict, stream: bool):
         url = f"http://{endpoint}/v2/models/{self.model}/{path}"
         try:
-            r = requests.post(url, data=json.dumps(body), timeout=self.timeout, stream=stream,
-                              headers={"Content-Type": "application/json"})
+            r = requests.post(
+                url,
+                data=json.dumps(body),
+                timeout=self.timeout,
+                stream=stream,
+                headers={"Content-Type": "application/json"},
+            )
         except requests.ConnectionError as e:
             raise GenerationError(f"cannot connect: {e}", kind=ErrorKind.UNAVAILABLE, retryable=True) from e
         except requests.Timeout as e:
@@ -155,10 +177,10 @@ class GRPCTransport:
         client = g.InferenceServerClient(endpoint)
         started = False
         try:
-            client.start_stream(callback=lambda result, error: q.put((result, error)),
-                                stream_timeout=self.timeout)
-            client.async_stream_infer(self.model, wire.infer_inputs({"stream": True, **body}, g),
-                                      enable_empty_final_response=True)
+            client.start_stream(callback=lambda result, error: q.put((result, error)), stream_timeout=self.timeout)
+            client.async_stream_infer(
+                self.model, wire.infer_inputs({"stream": True, **body}, g), enable_empty_final_response=True
+            )
             while True:
                 try:
                     result, error = q.get(timeout=self.timeout)
@@ -196,10 +218,21 @@ class FailoverClient:
     (retried or resumed); keep it above the longest wait for a first token under load. start: index
     of the endpoint the first request goes to (default random, so that many clients spread)."""
 
-    def __init__(self, endpoints: list[str] | str, *, protocol: str = "http", model: str = "ensemble",
-                 tokenizer_dir: Optional[str] = None, apply_chat_template: bool = True,
-                 max_attempts: int = SPEC.max_attempts, backoff_s: float = 0.1, max_backoff_s: float = 2.0,
-                 idle_timeout_s: float = 120, connect_timeout_s: float = 3.0, start: Optional[int] = None):
+    def __init__(
+        self,
+        endpoints: list[str] | str,
+        *,
+        protocol: str = "http",
+        model: str = "ensemble",
+        tokenizer_dir: str | None = None,
+        apply_chat_template: bool = True,
+        max_attempts: int = SPEC.max_attempts,
+        backoff_s: float = 0.1,
+        max_backoff_s: float = 2.0,
+        idle_timeout_s: float = 120,
+        connect_timeout_s: float = 3.0,
+        start: int | None = None,
+    ):
         endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         if not endpoints:
             raise ValueError("at least one endpoint is needed")
@@ -219,25 +252,29 @@ class FailoverClient:
     def endpoints(self) -> list[str]:
         return [s.url for s in self.servers]
 
-    def rendered_prompt(self, prompt: str, chat: Optional[bool]) -> str:
+    def rendered_prompt(self, prompt: str, chat: bool | None) -> str:
         if not (self.chat_default if chat is None else chat):
             return prompt
         if not self.tokenizer_dir:
-            raise GenerationError("cannot resume a chat-template stream without tokenizer_dir "
-                                  "(or send raw prompts with apply_chat_template=false)")
+            raise GenerationError(
+                "cannot resume a chat-template stream without tokenizer_dir "
+                "(or send raw prompts with apply_chat_template=false)"
+            )
         from ..text.tokenizer import (
             load_hf_tokenizer,  # late: transformers only when a resume needs it
         )
 
         tok = load_hf_tokenizer(self.tokenizer_dir)
-        return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        return tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
 
     def stream(self, text: str, max_tokens: int, **params) -> Generation:
         """Stream the answer, resuming on another endpoint if the stream breaks. Extra ensemble inputs
         (temperature, stop_words, apply_chat_template, ...) go in **params."""
         return Generation(self, wire.ensemble_body(text, max_tokens, **params))
 
-    def generate(self, text: str, max_tokens: int, *, stats: Optional[Stats] = None, **params) -> str:
+    def generate(self, text: str, max_tokens: int, *, stats: Stats | None = None, **params) -> str:
         """The whole answer in one response, retried on another endpoint when that is safe."""
         body = wire.ensemble_body(text, max_tokens, **params)
         a = Attempts(body, self.backoff, stats if stats is not None else Stats(), len(self.servers), lambda: text)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Optional, Sequence, TypeVar
+from typing import TypeVar
 
 from ..errors import RETRY_ELSEWHERE, ErrorKind, classify
 from ..spec.openai import OpenAIFrontend
@@ -31,10 +32,18 @@ SPEC = OpenAIFrontend()
 """The spec's defaults for the knobs it has (max_attempts, idle timeout, health interval)."""
 
 RETRY_HTTP = {429, 500, 502, 503, 504}
-GRPC_RETRY = {"StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED", "StatusCode.INTERNAL",
-              "StatusCode.CANCELLED", "StatusCode.UNKNOWN", "StatusCode.DEADLINE_EXCEEDED", "StatusCode.ABORTED",
-              # A server that is (re)loading its models answers these for a while; another one may not.
-              "StatusCode.NOT_FOUND", "StatusCode.UNIMPLEMENTED"}
+GRPC_RETRY = {
+    "StatusCode.UNAVAILABLE",
+    "StatusCode.RESOURCE_EXHAUSTED",
+    "StatusCode.INTERNAL",
+    "StatusCode.CANCELLED",
+    "StatusCode.UNKNOWN",
+    "StatusCode.DEADLINE_EXCEEDED",
+    "StatusCode.ABORTED",
+    # A server that is (re)loading its models answers these for a while; another one may not.
+    "StatusCode.NOT_FOUND",
+    "StatusCode.UNIMPLEMENTED",
+}
 NOT_RETRIED = (ErrorKind.INVALID_ARGUMENT, ErrorKind.TIMEOUT)
 
 
@@ -42,8 +51,14 @@ class GenerationError(Exception):
     """A failed attempt, or a failed request. `kind`: what it means; `retryable`: another server may
     not fail the same way; `status`: the transport's own code (HTTP status, gRPC status name), if any."""
 
-    def __init__(self, message: str, *, kind: ErrorKind = ErrorKind.INTERNAL, status: Optional[int | str] = None,
-                 retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind = ErrorKind.INTERNAL,
+        status: int | str | None = None,
+        retryable: bool = False,
+    ):
         super().__init__(message)
         self.kind, self.status, self.retryable = kind, status, retryable
 
@@ -59,9 +74,12 @@ class GaveUp(GenerationError):
     """Every attempt the budget allowed failed. `last`: the last failure ("<server>: <why>")."""
 
     def __init__(self, attempts: int, last: str, last_error: GenerationError):
-        super().__init__(f"gave up after {attempts} failed attempts: {last}", status=last_error.status,
-                         kind=ErrorKind.BUSY if last_error.kind is ErrorKind.BUSY else ErrorKind.UNAVAILABLE,
-                         retryable=True)
+        super().__init__(
+            f"gave up after {attempts} failed attempts: {last}",
+            status=last_error.status,
+            kind=ErrorKind.BUSY if last_error.kind is ErrorKind.BUSY else ErrorKind.UNAVAILABLE,
+            retryable=True,
+        )
         self.attempts, self.last = attempts, last
 
 
@@ -94,8 +112,12 @@ def resume_request(request: dict, prompt_seen: str, text: str, tokens: int) -> d
     """The request that continues a stream elsewhere after `tokens` tokens produced `text`: the
     prompt as the model saw it + the text so far, no chat template (it is in prompt_seen), the
     remaining budget (min_tokens reduced alike)."""
-    body = {**request, "text_input": prompt_seen + text, "apply_chat_template": False,
-            "max_tokens": request["max_tokens"] - tokens}
+    body = {
+        **request,
+        "text_input": prompt_seen + text,
+        "apply_chat_template": False,
+        "max_tokens": request["max_tokens"] - tokens,
+    }
     if "min_tokens" in request:
         body["min_tokens"] = max(0, request["min_tokens"] - tokens)
     return body
@@ -116,7 +138,7 @@ class Stats:
     errors: list[str] = field(default_factory=list)
     """"<server>: <why>" of each failure that was retried or resumed (or the last one, given up on);
     an error that is not retried is raised instead."""
-    dispatched_at: Optional[float] = None
+    dispatched_at: float | None = None
     """Monotonic time the first attempt went out (set by the client that knows it)."""
 
 
@@ -135,7 +157,7 @@ class Picker:
     """Which server the next attempt goes to (see the module's docstring). `start`: the rotation's
     first position (default random, so that many clients spread over the servers)."""
 
-    def __init__(self, start: Optional[int] = None):
+    def __init__(self, start: int | None = None):
         self._rotate = itertools.count(random.randrange(1 << 16) if start is None else start)
 
     def pick(self, servers: Sequence[S], avoid: Collection[str] = ()) -> S:
@@ -143,7 +165,10 @@ class Picker:
             raise ValueError("no servers")
         start = next(self._rotate) % len(servers)
         ordered = list(servers[start:]) + list(servers[:start])
-        for pool in ([s for s in ordered if s.healthy and s.url not in avoid], [s for s in ordered if s.url not in avoid]):
+        for pool in (
+            [s for s in ordered if s.healthy and s.url not in avoid],
+            [s for s in ordered if s.url not in avoid],
+        ):
             if pool:
                 return min(pool, key=lambda s: s.inflight)  # the first of the least busy
         return min(ordered, key=lambda s: s.inflight)
@@ -172,8 +197,7 @@ class Attempts:
 
     `prompt_seen()` gives the prompt as the model saw it; called once, at the first resume."""
 
-    def __init__(self, request: dict, backoff: Backoff, stats: Stats, servers: int,
-                 prompt_seen: Callable[[], str]):
+    def __init__(self, request: dict, backoff: Backoff, stats: Stats, servers: int, prompt_seen: Callable[[], str]):
         self.request, self.backoff, self.stats, self.servers = request, backoff, stats, servers
         self._prompt_seen, self._base = prompt_seen, None
         self.pieces: list[str] = []
@@ -201,7 +225,7 @@ class Attempts:
         if text:
             self.pieces.append(text)
 
-    def failed(self, url: str, error: GenerationError) -> Optional[float]:
+    def failed(self, url: str, error: GenerationError) -> float | None:
         """After the attempt on `url` failed: None when there is nothing left to generate (the cut came
         after the last token), else the pause before the next attempt. Raises `error` when it is not
         retryable, GaveUp when the attempts are spent."""
@@ -222,6 +246,10 @@ class Attempts:
         if self.failures >= self.backoff.max_attempts:
             log.debug("giving up after %d failed attempts; last: %s", self.failures, why)
             raise GaveUp(self.failures, why, error) from error
-        log.debug("attempt %d failed (%s); %s", self.stats.attempts, why,
-                 f"resuming after {self.stats.tokens} tokens" if self.stats.tokens else "retrying")
+        log.debug(
+            "attempt %d failed (%s); %s",
+            self.stats.attempts,
+            why,
+            f"resuming after {self.stats.tokens} tokens" if self.stats.tokens else "retrying",
+        )
         return self.backoff.delay(self.failures)

@@ -14,8 +14,8 @@ a response without it counts as one token."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2
@@ -100,7 +100,7 @@ def is_final(resp: service_pb2.ModelInferResponse) -> bool:
     return final is not None and final.bool_param
 
 
-def read_piece(resp: service_pb2.ModelInferResponse) -> Optional[Piece]:
+def read_piece(resp: service_pb2.ModelInferResponse) -> Piece | None:
     """The Piece of one streamed response (None if it has no text_output), read from the raw bytes
     (no numpy: this runs for every response of every stream). A BYTES element is a 4-byte
     little-endian length and the bytes."""
@@ -111,14 +111,14 @@ def read_piece(resp: service_pb2.ModelInferResponse) -> Optional[Piece]:
         return result_piece(InferResult(resp))  # contents in the typed fields instead: the general path
     buf, parts, i = raw["text_output"], [], 0
     while i + 4 <= len(buf):
-        n = int.from_bytes(buf[i:i + 4], "little")
-        parts.append(buf[i + 4:i + 4 + n])
+        n = int.from_bytes(buf[i : i + 4], "little")
+        parts.append(buf[i + 4 : i + 4 + n])
         i += 4 + n
     lp = raw.get("output_log_probs")
     return Piece(b"".join(parts).decode("utf-8"), len(lp) // 4 if lp is not None else 1)
 
 
-def result_piece(result) -> Optional[Piece]:
+def result_piece(result) -> Piece | None:
     """The Piece of a tritonclient InferResult (None if it has no text_output)."""
     text = result.as_numpy("text_output")
     if text is None:
@@ -127,7 +127,7 @@ def result_piece(result) -> Optional[Piece]:
     return Piece(b"".join(text.reshape(-1)).decode("utf-8"), int(lp.size) if lp is not None else 1)
 
 
-def event_piece(event: dict) -> Optional[Piece]:
+def event_piece(event: dict) -> Piece | None:
     """The Piece of one server-sent event of HTTP generate_stream (None if it has no text_output).
     Its output_log_probs is a list, or a bare number for one token."""
     if "text_output" not in event:

@@ -51,18 +51,34 @@ logger = logging.getLogger(__name__)
 class Replica:
     """One tritonserver of the cluster, restartable with the same ports."""
 
-    def __init__(self, index: int, repository: Path, ports: tuple[int, int, int], *, exit_timeout_s: int,
-                 log_dir: Path, admin_key: str | None = None, extra: list[str] = (), address: str | None = None,
-                 reaper: Reaper | None = None):
+    def __init__(
+        self,
+        index: int,
+        repository: Path,
+        ports: tuple[int, int, int],
+        *,
+        exit_timeout_s: int,
+        log_dir: Path,
+        admin_key: str | None = None,
+        extra: list[str] = (),
+        address: str | None = None,
+        reaper: Reaper | None = None,
+    ):
         self.index, self.name = index, f"triton{index}"
         self.repository, self.ports = repository, ports
-        self.kw = dict(exit_timeout_s=exit_timeout_s, admin_key=admin_key, extra=list(extra),
-                       log_path=log_dir / f"{self.name}.log", address=address, reaper=reaper)
+        self.kw = dict(
+            exit_timeout_s=exit_timeout_s,
+            admin_key=admin_key,
+            extra=list(extra),
+            log_path=log_dir / f"{self.name}.log",
+            address=address,
+            reaper=reaper,
+        )
         self.process: TritonProcess | None = None
         self.started_at = 0.0  # time.monotonic() of the last start (the supervisor's back-off)
         self.lock = threading.RLock()  # held by restart(); the supervisor skips a replica it cannot take
 
-    def start(self) -> "Replica":
+    def start(self) -> Replica:
         """Start (again): first end whatever is left of the previous server's process group (stubs
         that outlived it hold the model, the KV cache and the shared-memory prefix)."""
         if self.process is not None and self.process.proc is not None:
@@ -117,23 +133,52 @@ class Replica:
 class Cluster:
     """Replicas + HAProxy. Tests pass their own (free) ports; the CLI uses the spec's."""
 
-    def __init__(self, spec: Spec, repository: Path, workdir: Path, *, replicas: int | None = None,
-                 replica_ports: list[tuple[int, int, int]] | None = None, lb_ports: tuple[int, int, int] | None = None,
-                 admin_key: str | None = None, extra: dict[int, list[str]] | None = None, haproxy: str = "haproxy",
-                 openai_ports: list[int] | None = None):
+    def __init__(
+        self,
+        spec: Spec,
+        repository: Path,
+        workdir: Path,
+        *,
+        replicas: int | None = None,
+        replica_ports: list[tuple[int, int, int]] | None = None,
+        lb_ports: tuple[int, int, int] | None = None,
+        admin_key: str | None = None,
+        extra: dict[int, list[str]] | None = None,
+        haproxy: str = "haproxy",
+        openai_ports: list[int] | None = None,
+    ):
         self.spec, self.workdir = spec, Path(workdir).resolve()  # HAProxy needs the socket path absolute
         self.workdir.mkdir(parents=True, exist_ok=True)
         n = replicas or spec.ha.replicas
         ports = replica_ports or [spec.ha.replica_ports(i) for i in range(n)]
         self.reaper = Reaper()
-        self.replicas = [Replica(i, repository, ports[i], exit_timeout_s=spec.serving.exit_timeout_s,
-                                 log_dir=self.workdir, admin_key=admin_key, extra=(extra or {}).get(i, []),
-                                 address=spec.ha.host, reaper=self.reaper)
-                         for i in range(n)]
+        self.replicas = [
+            Replica(
+                i,
+                repository,
+                ports[i],
+                exit_timeout_s=spec.serving.exit_timeout_s,
+                log_dir=self.workdir,
+                admin_key=admin_key,
+                extra=(extra or {}).get(i, []),
+                address=spec.ha.host,
+                reaper=self.reaper,
+            )
+            for i in range(n)
+        ]
         # OpenAI frontends on openai_ports (one per port; none when None), each sending to every
         # replica, behind HAProxy's `openai` frontend on openai.port.
-        self.frontends = (Frontends(spec, self.workdir, [f"{spec.ha.host}:{r.ports[1]}" for r in self.replicas],
-                                    openai_ports, reaper=self.reaper) if openai_ports is not None else None)
+        self.frontends = (
+            Frontends(
+                spec,
+                self.workdir,
+                [f"{spec.ha.host}:{r.ports[1]}" for r in self.replicas],
+                openai_ports,
+                reaper=self.reaper,
+            )
+            if openai_ports is not None
+            else None
+        )
         # One supervisor for replicas and frontends: each is started again when it exits (back-off
         # when it keeps dying); a replica being restarted by a rolling restart holds its lock.
         self.supervisor = Supervisor()
@@ -153,12 +198,18 @@ class Cluster:
         return next(r for r in self.replicas if r.name == name)
 
     def render(self) -> str:
-        ha = self.spec.ha.model_copy(update={"http_port": self.http_port, "grpc_port": self.grpc_port,
-                                             "stats_port": self.stats_port})
+        ha = self.spec.ha.model_copy(
+            update={"http_port": self.http_port, "grpc_port": self.grpc_port, "stats_port": self.stats_port}
+        )
         spec = self.spec.model_copy(update={"ha": ha})
         backends = [Backend(r.name, self.spec.ha.host, r.ports[0], r.ports[1]) for r in self.replicas]
-        return render(spec, backends, label="spec " + self.spec.name, stats_socket=str(self.socket),
-                      openai=self.frontends.backends() if self.frontends else ())
+        return render(
+            spec,
+            backends,
+            label="spec " + self.spec.name,
+            stats_socket=str(self.socket),
+            openai=self.frontends.backends() if self.frontends else (),
+        )
 
     def start_replicas(self, timeout_s: float = 600) -> None:
         for r in self.replicas:
@@ -171,8 +222,12 @@ class Cluster:
         check_config(self.cfg_path, self.haproxy_bin)
         self.socket.unlink(missing_ok=True)
         out = open(self.workdir / "haproxy.log", "ab")
-        self.haproxy = subprocess.Popen([self.haproxy_bin, "-W", "-db", "-f", str(self.cfg_path)],
-                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.haproxy = subprocess.Popen(
+            [self.haproxy_bin, "-W", "-db", "-f", str(self.cfg_path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         out.close()
         self.reaper.register(self.haproxy.pid)
         deadline = time.monotonic() + 15
@@ -191,7 +246,7 @@ class Cluster:
             if r.alive():
                 self.api.wait_status(r.name, "UP", timeout_s)
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         if self.reaper.proc is None:
             self.reaper.start()
         self.start_replicas()
@@ -236,8 +291,9 @@ class Cluster:
 
     def rolling_restart(self) -> list[dict]:
         drain = self.spec.ha.drain_timeout_s or self.spec.serving.exit_timeout_s
-        return rolling_restart(self.api, [r.name for r in self.replicas], lambda n: self.by_name(n).restart(),
-                               drain_timeout_s=drain)
+        return rolling_restart(
+            self.api, [r.name for r in self.replicas], lambda n: self.by_name(n).restart(), drain_timeout_s=drain
+        )
 
     # --- state for `rolling-restart` from another process -------------------------------------
     @property
@@ -245,10 +301,16 @@ class Cluster:
         return self.workdir / "cluster.json"
 
     def write_state(self) -> None:
-        state = {"pid": os.getpid(), "socket": str(self.socket), "http_port": self.http_port,
-                 "grpc_port": self.grpc_port, "stats_port": self.stats_port,
-                 "replicas": {r.name: {"pid": r.pid if r.alive() else None, "http_port": r.http_port}
-                              for r in self.replicas}}
+        state = {
+            "pid": os.getpid(),
+            "socket": str(self.socket),
+            "http_port": self.http_port,
+            "grpc_port": self.grpc_port,
+            "stats_port": self.stats_port,
+            "replicas": {
+                r.name: {"pid": r.pid if r.alive() else None, "http_port": r.http_port} for r in self.replicas
+            },
+        }
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_path)
@@ -309,13 +371,17 @@ def rolling_restart_cli(workdir: Path, drain_timeout_s: float, ready_timeout_s: 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     sub = argv.pop(0) if argv and argv[0] in ("rolling-restart", "config") else "serve"
-    ap = argparse.ArgumentParser(prog=f"python -m llmserve.deploy.cluster {sub}", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog=f"python -m llmserve.deploy.cluster {sub}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--spec", default=str(DEFAULT_SPEC))
     ap.add_argument("--replicas", type=int, help="default: ha.replicas of the spec")
     ap.add_argument("--repository", help="model repository (default: as serve.py)")
-    ap.add_argument("--workdir", default=str(ROOT / "build" / "haproxy"),
-                    help="haproxy.cfg, runtime socket, logs, cluster.json")
+    ap.add_argument(
+        "--workdir", default=str(ROOT / "build" / "haproxy"), help="haproxy.cfg, runtime socket, logs, cluster.json"
+    )
     add_cli_options(ap)
     args = ap.parse_args(argv)
     configure_from_args(args)
@@ -323,8 +389,9 @@ def main(argv=None) -> int:
         spec = load_spec(args.spec)
         configure_from_args(args, spec)  # the spec's logging: section, unless the flags say otherwise
         if args.replicas:  # revalidate the port layout for this many replicas
-            spec = spec.model_copy(update={"ha": type(spec.ha).model_validate(
-                {**spec.ha.model_dump(), "replicas": args.replicas})})
+            spec = spec.model_copy(
+                update={"ha": type(spec.ha).model_validate({**spec.ha.model_dump(), "replicas": args.replicas})}
+            )
     except (SpecError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -334,8 +401,10 @@ def main(argv=None) -> int:
     o = spec.openai
     openai_ports = [o.base_port + i for i in range(spec.ha.replicas)] if o.enabled else None
     if sub == "config":  # the rendered haproxy.cfg needs ports and names only: nothing to build
-        print(Cluster(spec, Path(args.repository or "model_repository"), workdir, openai_ports=openai_ports).render(),
-              end="")
+        print(
+            Cluster(spec, Path(args.repository or "model_repository"), workdir, openai_ports=openai_ports).render(),
+            end="",
+        )
         return 0
     try:
         build_checkpoint(spec)
@@ -352,14 +421,21 @@ def main(argv=None) -> int:
         cluster.start()
         cluster.write_state()
         ha = spec.ha
-        print(f"[cluster] ready: HAProxy HTTP :{cluster.http_port}, gRPC :{cluster.grpc_port}, stats "
-              f"http://localhost:{cluster.stats_port}/ (Prometheus /metrics); runtime API {cluster.socket}\n"
-              + (f"  OpenAI API: http://localhost:{spec.openai.port}/v1 ({len(cluster.replicas)} frontends behind "
-                 f"HAProxy)\n" if cluster.frontends else "")
-              + f"  curl -s localhost:{cluster.http_port}/v2/models/ensemble/generate -d "
-              f"'{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
-              f"  python -m llmserve.deploy.cluster rolling-restart   # restart every server without errors\n"
-              f"  checks every {ha.check.interval_ms} ms, fall {ha.check.fall}, rise {ha.check.rise}", flush=True)
+        print(
+            f"[cluster] ready: HAProxy HTTP :{cluster.http_port}, gRPC :{cluster.grpc_port}, stats "
+            f"http://localhost:{cluster.stats_port}/ (Prometheus /metrics); runtime API {cluster.socket}\n"
+            + (
+                f"  OpenAI API: http://localhost:{spec.openai.port}/v1 ({len(cluster.replicas)} frontends behind "
+                f"HAProxy)\n"
+                if cluster.frontends
+                else ""
+            )
+            + f"  curl -s localhost:{cluster.http_port}/v2/models/ensemble/generate -d "
+            f'\'{{"text_input": "What is the capital of France?", "max_tokens": 32}}\'\n'
+            f"  python -m llmserve.deploy.cluster rolling-restart   # restart every server without errors\n"
+            f"  checks every {ha.check.interval_ms} ms, fall {ha.check.fall}, rise {ha.check.rise}",
+            flush=True,
+        )
         cluster.supervise(stop)
     except (RuntimeError, TimeoutError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -7,7 +7,6 @@ import signal
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 import yaml
 
@@ -32,11 +31,31 @@ class FrontendProcess(ProcessGroup):
     ready_poll_s = 0.3
     stop_timeout_s = 30.0
 
-    def __init__(self, spec_path: str | Path, *, port: int, triton: list[str], host: str = "127.0.0.1",
-                 log_path: Optional[Path] = None, env: Optional[dict] = None, reaper: Optional[Reaper] = None):
+    def __init__(
+        self,
+        spec_path: str | Path,
+        *,
+        port: int,
+        triton: list[str],
+        host: str = "127.0.0.1",
+        log_path: Path | None = None,
+        env: dict | None = None,
+        reaper: Reaper | None = None,
+    ):
         self.host = host
-        cmd = [sys.executable, "-m", "llmserve.openai_api", "--spec", str(spec_path), "--host", host,
-               "--port", str(port), "--triton", ",".join(triton)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmserve.openai_api",
+            "--spec",
+            str(spec_path),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--triton",
+            ",".join(triton),
+        ]
         super().__init__(cmd, port=port, log_path=log_path, reaper=reaper)
         self.env = {**os.environ, **(env or {})}
 
@@ -53,19 +72,22 @@ class Frontends:
     least busy one itself); HAProxy's `openai` frontend balances clients over them. The spec is
     written to the work directory, so a spec changed in memory (tests, --replicas) is the one served."""
 
-    def __init__(self, spec, workdir: Path, triton: list[str], ports: list[int], *, reaper: Optional[Reaper] = None):
+    def __init__(self, spec, workdir: Path, triton: list[str], ports: list[int], *, reaper: Reaper | None = None):
         self.workdir = Path(workdir)
         self.spec_path = self.workdir / "openai-spec.yaml"
         self.spec, self.triton, self.ports = spec, triton, list(ports)
-        self.processes = [FrontendProcess(self.spec_path, port=p, triton=triton, log_path=self.workdir / f"openai{i}.log",
-                                          reaper=reaper)
-                          for i, p in enumerate(self.ports)]
+        self.processes = [
+            FrontendProcess(
+                self.spec_path, port=p, triton=triton, log_path=self.workdir / f"openai{i}.log", reaper=reaper
+            )
+            for i, p in enumerate(self.ports)
+        ]
 
     def backends(self) -> list[tuple[str, str, int]]:
         """(name, host, port) for haproxy.render."""
         return [(name, "127.0.0.1", p) for name, p in zip(self.names(), self.ports)]
 
-    def start(self) -> "Frontends":
+    def start(self) -> Frontends:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False))
         for f in self.processes:

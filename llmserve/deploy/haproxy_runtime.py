@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .haproxy import GRPC_BACKEND, HTTP_BACKEND
 
@@ -91,12 +91,19 @@ class RuntimeAPI:
             if self.status(server, backend) == want:
                 return time.monotonic() - t0
             time.sleep(0.05)
-        raise TimeoutError(f"haproxy: {backend}/{server} not {want} after {timeout_s} s "
-                           f"(is {self.status(server, backend)})")
+        raise TimeoutError(
+            f"haproxy: {backend}/{server} not {want} after {timeout_s} s (is {self.status(server, backend)})"
+        )
 
 
-def rolling_restart(api: RuntimeAPI, names: list[str], restart: Callable[[str], None], *,
-                    drain_timeout_s: float, up_timeout_s: float = 120) -> list[dict]:
+def rolling_restart(
+    api: RuntimeAPI,
+    names: list[str],
+    restart: Callable[[str], None],
+    *,
+    drain_timeout_s: float,
+    up_timeout_s: float = 120,
+) -> list[dict]:
     """Restart each server in turn without failing or cutting a request (see the module docstring).
     restart(name) must stop the server (SIGTERM) and return once it is ready again."""
     report = []
@@ -108,8 +115,12 @@ def rolling_restart(api: RuntimeAPI, names: list[str], restart: Callable[[str], 
             time.sleep(0.1)
         left = api.sessions(name)
         drained = time.monotonic() - t0
-        logger.info("%s: drained in %.1f s%s", name, drained,
-                    f" ({left} sessions still open: Triton finishes them on SIGTERM)" if left else "")
+        logger.info(
+            "%s: drained in %.1f s%s",
+            name,
+            drained,
+            f" ({left} sessions still open: Triton finishes them on SIGTERM)" if left else "",
+        )
         api.set_state(name, "maint")
         restart(name)
         api.set_state(name, "ready")

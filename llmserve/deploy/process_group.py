@@ -14,7 +14,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
 
 from .reaper import Reaper
 
@@ -26,14 +25,14 @@ class ProcessGroup:
     ready_poll_s = 0.5
     stop_timeout_s = 90.0
 
-    def __init__(self, cmd: list[str], *, port: int, log_path: Optional[Path] = None, reaper: Optional[Reaper] = None):
+    def __init__(self, cmd: list[str], *, port: int, log_path: Path | None = None, reaper: Reaper | None = None):
         self.cmd, self.port, self.log_path, self.reaper = cmd, port, log_path, reaper
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self.started_at = 0.0  # time.monotonic() of the last start: the supervisor's back-off reads it
         self._log = None
 
     # --- what subclasses may change ----------------------------------------------------------------
-    def environment(self) -> Optional[dict]:
+    def environment(self) -> dict | None:
         """The child's environment, read at each start (None: ours)."""
         return None
 
@@ -52,8 +51,13 @@ class ProcessGroup:
         if self.proc is not None:
             self._end_group()
         self._log = open(self.log_path, "ab") if self.log_path else None
-        self.proc = subprocess.Popen(self.cmd, env=self.environment(), stdout=self._log,
-                                     stderr=subprocess.STDOUT if self._log else None, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            env=self.environment(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT if self._log else None,
+            start_new_session=True,
+        )
         self.started_at = time.monotonic()
         if self.reaper:
             self.reaper.register(self.proc.pid)
@@ -64,7 +68,7 @@ class ProcessGroup:
         return self.proc is not None and self.proc.poll() is None
 
     @property
-    def returncode(self) -> Optional[int]:
+    def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     def wait_ready(self, timeout_s: float = 300) -> None:
@@ -72,14 +76,16 @@ class ProcessGroup:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.what} exited with {self.proc.returncode} before it was ready"
-                                   + (f"; log: {self.log_path}" if self.log_path else ""))
+                raise RuntimeError(
+                    f"{self.what} exited with {self.proc.returncode} before it was ready"
+                    + (f"; log: {self.log_path}" if self.log_path else "")
+                )
             if self.is_ready():
                 return
             time.sleep(self.ready_poll_s)
         raise TimeoutError(f"{self.what} not ready on :{self.port} after {timeout_s} s")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: Optional[float] = None) -> Optional[int]:
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float | None = None) -> int | None:
         """Signal the process (SIGTERM: finish in-flight work, then exit), wait up to timeout_s, then end
         what is left of its process group. Returns its exit status."""
         if self.proc is None:
@@ -98,7 +104,7 @@ class ProcessGroup:
         if self.proc is not None:
             self._end_group()
 
-    def _end_group(self) -> Optional[int]:
+    def _end_group(self) -> int | None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:

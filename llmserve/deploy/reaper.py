@@ -50,10 +50,11 @@ class Reaper:
         self.proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
-    def start(self) -> "Reaper":
+    def start(self) -> Reaper:
         # Its own session: a terminal's Ctrl-C must not reach it before the supervisor has cleaned up.
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmserve.deploy.reaper"], stdin=subprocess.PIPE,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llmserve.deploy.reaper"], stdin=subprocess.PIPE, start_new_session=True
+        )
         return self
 
     def _send(self, line: str) -> None:

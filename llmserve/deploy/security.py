@@ -22,8 +22,10 @@ ADMIN_KEY_ENV = "LLMSERVE_ADMIN_KEY"  # the key, when an operator needs the admi
 
 def restricted_flags(key: str) -> list[str]:
     apis = ",".join(RESTRICTED_APIS)
-    return [f"--http-restricted-api={apis}:{ADMIN_HEADER}={key}",
-            f"--grpc-restricted-protocol={apis}:{ADMIN_HEADER}={key}"]
+    return [
+        f"--http-restricted-api={apis}:{ADMIN_HEADER}={key}",
+        f"--grpc-restricted-protocol={apis}:{ADMIN_HEADER}={key}",
+    ]
 
 
 def scrub_argv(pid: int, secret: str, timeout_s: float = 30.0) -> bool:

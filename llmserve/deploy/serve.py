@@ -67,14 +67,24 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     s = spec.serving
-    http, grpc, metrics = args.http_port or s.http_port, args.grpc_port or s.grpc_port, args.metrics_port or s.metrics_port
+    http, grpc, metrics = (
+        args.http_port or s.http_port,
+        args.grpc_port or s.grpc_port,
+        args.metrics_port or s.metrics_port,
+    )
     reaper = Reaper().start()  # nothing we start outlives us, even if we are SIGKILLed
-    server = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=s.exit_timeout_s,
-                           reaper=reaper)
+    server = TritonProcess(
+        repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=s.exit_timeout_s, reaper=reaper
+    )
     frontend = None
     if spec.openai.enabled and not args.no_openai:
-        frontend = FrontendProcess(Path(args.spec).resolve(), port=args.openai_port or spec.openai.port,
-                                   host=spec.openai.bind, triton=[f"127.0.0.1:{grpc}"], reaper=reaper)
+        frontend = FrontendProcess(
+            Path(args.spec).resolve(),
+            port=args.openai_port or spec.openai.port,
+            host=spec.openai.bind,
+            triton=[f"127.0.0.1:{grpc}"],
+            reaper=reaper,
+        )
     stopping = threading.Event()
     ready = threading.Event()  # this start of tritonserver has been ready: an exit now is a crash, not a bad set-up
 
@@ -83,8 +93,9 @@ def main(argv=None) -> int:
         threading.Thread(target=_announce, args=(spec, server, frontend, http, ready), daemon=True).start()
 
     supervisor = Supervisor()
-    triton = supervisor.add("tritonserver", server, restart_if=lambda: ready.is_set() and not stopping.is_set(),
-                            on_start=announce)
+    triton = supervisor.add(
+        "tritonserver", server, restart_if=lambda: ready.is_set() and not stopping.is_set(), on_start=announce
+    )
     if frontend is not None:
         supervisor.add("the OpenAI frontend", frontend)
 
@@ -128,16 +139,20 @@ def _announce(spec, server: TritonProcess, frontend, http: int, ready: threading
     if frontend is not None:
         try:
             frontend.wait_ready(timeout_s=120)
-            openai = (f"  curl -s localhost:{frontend.port}/v1/chat/completions -H 'Content-Type: application/json' "
-                      f"-d '{{\"model\": \"{spec.openai.served_model_name or spec.name}\", \"messages\": "
-                      f"[{{\"role\": \"user\", \"content\": \"What is the capital of France?\"}}]}}'\n")
+            openai = (
+                f"  curl -s localhost:{frontend.port}/v1/chat/completions -H 'Content-Type: application/json' "
+                f'-d \'{{"model": "{spec.openai.served_model_name or spec.name}", "messages": '
+                f'[{{"role": "user", "content": "What is the capital of France?"}}]}}\'\n'
+            )
         except (RuntimeError, TimeoutError) as e:
             logger.error("%s", e)
-    print(f"\n[serve] ready. Try:\n{openai}  curl -s localhost:{http}/v2/models/ensemble/generate "
-          f"-d '{{\"text_input\": \"What is the capital of France?\", \"max_tokens\": 32}}'\n"
-          f"  curl -sN localhost:{http}/v2/models/ensemble/generate_stream "
-          f"-d '{{\"text_input\": \"Write a haiku about the sea.\", \"max_tokens\": 48, \"stream\": true}}'\n",
-          flush=True)
+    print(
+        f"\n[serve] ready. Try:\n{openai}  curl -s localhost:{http}/v2/models/ensemble/generate "
+        f'-d \'{{"text_input": "What is the capital of France?", "max_tokens": 32}}\'\n'
+        f"  curl -sN localhost:{http}/v2/models/ensemble/generate_stream "
+        f'-d \'{{"text_input": "Write a haiku about the sea.", "max_tokens": 48, "stream": true}}\'\n',
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class Child(Protocol):
         """End whatever is left of the child (for one that exited: what outlived it)."""
 
     @property
-    def returncode(self) -> Optional[int]: ...
+    def returncode(self) -> int | None: ...
 
 
 @dataclass
@@ -59,23 +60,35 @@ class Supervised:
     child: Child
     backoff: Backoff
     lock: threading.RLock = field(default_factory=threading.RLock)
-    restart_if: Optional[Callable[[], bool]] = None  # asked when an exit is noticed; False: give up on it
-    on_start: Optional[Callable[[], None]] = None  # after each restart
-    next_start_at: Optional[float] = None  # set while an exit waits out its back-off
+    restart_if: Callable[[], bool] | None = None  # asked when an exit is noticed; False: give up on it
+    on_start: Callable[[], None] | None = None  # after each restart
+    next_start_at: float | None = None  # set while an exit waits out its back-off
     gave_up: bool = False
 
 
 class Supervisor:
-    def __init__(self, *, quick_s: float = QUICK_EXIT_S, max_s: float = MAX_BACKOFF_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        quick_s: float = QUICK_EXIT_S,
+        max_s: float = MAX_BACKOFF_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         """clock: what the children's started_at is read against (time.monotonic; tests pass a fake)."""
         self.quick_s, self.max_s, self.clock = quick_s, max_s, clock
         self.entries: list[Supervised] = []
         self.halted = False
         self._pass = threading.RLock()  # held for a whole poll(); halt() waits for it
 
-    def add(self, name: str, child: Child, *, lock: Optional[threading.RLock] = None,
-            restart_if: Optional[Callable[[], bool]] = None, on_start: Optional[Callable[[], None]] = None) -> Supervised:
+    def add(
+        self,
+        name: str,
+        child: Child,
+        *,
+        lock: threading.RLock | None = None,
+        restart_if: Callable[[], bool] | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> Supervised:
         """lock: the child's own, when others (a rolling restart) also restart it."""
         entry = Supervised(name, child, Backoff(self.quick_s, self.max_s), restart_if=restart_if, on_start=on_start)
         if lock is not None:
@@ -121,8 +134,12 @@ class Supervisor:
                 return False
             delay = entry.backoff.after_exit(now - child.started_at)
             entry.next_start_at = now + delay
-            logger.warning("%s exited (%s); starting it again%s", entry.name, child.returncode,
-                           f" in {delay:g} s ({entry.backoff.quick_exits} quick exits in a row)" if delay else "")
+            logger.warning(
+                "%s exited (%s); starting it again%s",
+                entry.name,
+                child.returncode,
+                f" in {delay:g} s ({entry.backoff.quick_exits} quick exits in a row)" if delay else "",
+            )
         if now < entry.next_start_at or self.halted:
             return False
         entry.next_start_at = None
@@ -131,8 +148,14 @@ class Supervisor:
             entry.on_start()
         return True
 
-    def run(self, stop: threading.Event, period_s: float = 0.2, *, check: Optional[Callable[[], bool]] = None,
-            on_restart: Optional[Callable[[list[str]], None]] = None) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        period_s: float = 0.2,
+        *,
+        check: Callable[[], bool] | None = None,
+        on_restart: Callable[[list[str]], None] | None = None,
+    ) -> None:
         """poll() every period_s until `stop` is set or check() (after each poll) returns False.
         on_restart(names) after a poll that started something."""
         while not stop.wait(period_s):
@@ -142,7 +165,7 @@ class Supervisor:
             if check is not None and not check():
                 return
 
-    def start_thread(self, **run_kw) -> "SupervisorThread":
+    def start_thread(self, **run_kw) -> SupervisorThread:
         """run() in a daemon thread (tests, tools/chaos.py); `.stop()` ends it."""
         return SupervisorThread(self, **run_kw)
 
@@ -150,8 +173,9 @@ class Supervisor:
 class SupervisorThread:
     def __init__(self, supervisor: Supervisor, **run_kw):
         self.event = threading.Event()
-        self.thread = threading.Thread(target=supervisor.run, args=(self.event,), kwargs=run_kw,
-                                       name="llmserve-supervisor", daemon=True)
+        self.thread = threading.Thread(
+            target=supervisor.run, args=(self.event,), kwargs=run_kw, name="llmserve-supervisor", daemon=True
+        )
         self.thread.start()
 
     def stop(self) -> None:

@@ -40,9 +40,14 @@ def _stub_python() -> tuple[str, str, str]:
     on a 3.11 machine, tests/e2e/test_stub_python.py)."""
     other = os.environ.get("LLMSERVE_STUB_PYTHON")
     if not other:
-        return (f"{sys.version_info.major}.{sys.version_info.minor}", str(Path(sys.executable).parent),
-                sysconfig.get_config_var("LIBDIR") or "")
-    probe = "import sys, sysconfig; print('%d.%d' % sys.version_info[:2]); print(sysconfig.get_config_var('LIBDIR') or '')"
+        return (
+            f"{sys.version_info.major}.{sys.version_info.minor}",
+            str(Path(sys.executable).parent),
+            sysconfig.get_config_var("LIBDIR") or "",
+        )
+    probe = (
+        "import sys, sysconfig; print('%d.%d' % sys.version_info[:2]); print(sysconfig.get_config_var('LIBDIR') or '')"
+    )
     out = subprocess.run([other, "-c", probe], capture_output=True, text=True, check=True).stdout
     version, libdir = out.split("\n")[:2]
     return version, str(Path(other).absolute().parent), libdir
@@ -76,16 +81,27 @@ def _pytriton_copy() -> ServerPaths:
 
 
 def locate() -> ServerPaths:
-    on_path = shutil.which("tritonserver") or ("/opt/tritonserver/bin/tritonserver"
-                                               if Path("/opt/tritonserver/bin/tritonserver").exists() else None)
+    on_path = shutil.which("tritonserver") or (
+        "/opt/tritonserver/bin/tritonserver" if Path("/opt/tritonserver/bin/tritonserver").exists() else None
+    )
     if on_path and not os.environ.get("LLMSERVE_USE_PYTRITON"):
         return ServerPaths(Path(on_path), Path("/opt/tritonserver/backends"))
     return _pytriton_copy()
 
 
-def command(paths: ServerPaths, repository: Path, *, http_port: int, grpc_port: int, metrics_port: int,
-            exit_timeout_s: int, instance_tag: str, admin_key: str | None = None, address: str | None = None,
-            extra: list[str] = ()) -> list[str]:
+def command(
+    paths: ServerPaths,
+    repository: Path,
+    *,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    exit_timeout_s: int,
+    instance_tag: str,
+    admin_key: str | None = None,
+    address: str | None = None,
+    extra: list[str] = (),
+) -> list[str]:
     """address: bind HTTP, gRPC and metrics there only (127.0.0.1 for replicas behind HAProxy, so
     nothing bypasses the load balancer); None binds every interface, as Triton does by default.
     Restricted APIs and the admin header: deploy/security.py."""
@@ -95,7 +111,10 @@ def command(paths: ServerPaths, repository: Path, *, http_port: int, grpc_port: 
         str(paths.binary),
         f"--model-repository={repository}",
         f"--backend-directory={paths.backend_dir}",
-        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}", *bind,
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+        *bind,
         f"--exit-timeout-secs={exit_timeout_s}",
         "--strict-readiness=true",
         "--model-control-mode=none",
@@ -136,18 +155,38 @@ class TritonProcess(ProcessGroup):
 
     what = "tritonserver"
 
-    def __init__(self, repository: Path, *, http_port: int = 8000, grpc_port: int = 8001, metrics_port: int = 8002,
-                 exit_timeout_s: int = 60, log_path: Path | None = None, admin_key: str | None = None,
-                 address: str | None = None, reaper: Reaper | None = None, extra: list[str] = ()):
+    def __init__(
+        self,
+        repository: Path,
+        *,
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        exit_timeout_s: int = 60,
+        log_path: Path | None = None,
+        admin_key: str | None = None,
+        address: str | None = None,
+        reaper: Reaper | None = None,
+        extra: list[str] = (),
+    ):
         """reaper: the supervisor's (deploy/reaper.py); the server's process group is registered with
         it, so nothing of this server outlives a supervisor that is SIGKILLed."""
         self.paths = locate()
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.admin_key = admin_key or os.environ.get(ADMIN_KEY_ENV) or os.urandom(16).hex()
         self.instance_tag = f"llmserve{http_port}"  # also the stubs' shared-memory prefix
-        cmd = command(self.paths, Path(repository).resolve(), http_port=http_port, grpc_port=grpc_port,
-                      metrics_port=metrics_port, exit_timeout_s=exit_timeout_s, instance_tag=self.instance_tag,
-                      admin_key=self.admin_key, address=address, extra=list(extra))
+        cmd = command(
+            self.paths,
+            Path(repository).resolve(),
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            exit_timeout_s=exit_timeout_s,
+            instance_tag=self.instance_tag,
+            admin_key=self.admin_key,
+            address=address,
+            extra=list(extra),
+        )
         super().__init__(cmd, port=http_port, log_path=log_path, reaper=reaper)
 
     def environment(self) -> dict:

@@ -139,9 +139,9 @@ class DecodeGraphs:
                 q, k = qk[:, :nh], qk[:, nh:]
             else:
                 q = rotate(qkv[:, : nh * hd].view(B, nh, hd), cos, sin)
-                k = rotate(qkv[:, nh * hd: (nh + nkv) * hd].view(B, nkv, hd), cos, sin)
+                k = rotate(qkv[:, nh * hd : (nh + nkv) * hd].view(B, nkv, hd), cos, sin)
             m.k_cache[i][rows, :, positions] = k
-            m.v_cache[i][rows, :, positions] = qkv[:, (nh + nkv) * hd:].view(B, nkv, hd)
+            m.v_cache[i][rows, :, positions] = qkv[:, (nh + nkv) * hd :].view(B, nkv, hd)
             keys = m.k_cache[i][:B, :, :kb]  # views [B, nkv, kb, hd]
             values = m.v_cache[i][:B, :, :kb]
             q = q.reshape(B, nkv, g, hd)  # the group's query heads as the "query positions" of a kv head
@@ -205,8 +205,12 @@ class DecodeGraphs:
         if self.captured:
             torch.cuda.current_stream().synchronize()  # the step's one synchronisation
         values = back.numpy()
-        return DecodeResult(tokens=values[:B][slots].astype("int64").tolist(), logprobs=values[B:][slots].tolist(),
-                            _logits=out, _slots=list(slots))
+        return DecodeResult(
+            tokens=values[:B][slots].astype("int64").tolist(),
+            logprobs=values[B:][slots].tolist(),
+            _logits=out,
+            _slots=list(slots),
+        )
 
     def decode(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, kv_len: int) -> torch.Tensor:
         """Tensor form of step(): tokens, positions [n, 1]; slots [n] -> logits [n, vocab] float32."""

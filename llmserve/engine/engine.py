@@ -37,7 +37,6 @@ from .llama import LlamaModel
 from .sampling import sample
 from .sequence import EngineStats, Sequence
 
-
 MAX_CONSECUTIVE_FAILURES = 3  # failed steps in a row after which the engine is declared unhealthy
 TRACEBACK_INTERVAL_S = 60.0  # one full traceback per distinct error per minute; the others are counted
 
@@ -45,9 +44,19 @@ log = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, model: LlamaModel, tokenizer, *, prefill_token_budget: int, skip_special_tokens: bool,
-                 max_waiting: int, request_timeout_s: float, stream_interval_s: float, cancel_poll_s: float,
-                 stall_s: float = 120.0):
+    def __init__(
+        self,
+        model: LlamaModel,
+        tokenizer,
+        *,
+        prefill_token_budget: int,
+        skip_special_tokens: bool,
+        max_waiting: int,
+        request_timeout_s: float,
+        stream_interval_s: float,
+        cancel_poll_s: float,
+        stall_s: float = 120.0,
+    ):
         """Every knob comes from the spec (pipeline/options.EngineOptions); none is defaulted here.
         max_waiting 0 means no bound (as max_queue_size 0 does for Triton's own queue). cancel_poll_s:
         is_cancelled() is an IPC round trip per request in the Python backend, so it is asked at most
@@ -89,8 +98,10 @@ class Engine:
                 raise EngineUnavailable(self.unhealthy or "the server is shutting down")
             if self.max_waiting and len(self.waiting) >= self.max_waiting:
                 self.stats.rejected += 1
-                raise EngineBusy(f"{len(self.waiting)} requests already wait for the engine "
-                                 f"(engine.queue.max_queue_size); retry later")
+                raise EngineBusy(
+                    f"{len(self.waiting)} requests already wait for the engine "
+                    f"(engine.queue.max_queue_size); retry later"
+                )
             self.waiting.append(seq)
             self._cv.notify()
 
@@ -146,12 +157,18 @@ class Engine:
                     self.stats.step_failures += 1
                     self.consecutive_failures += 1
                     ids = [s.key for s in self.running if s.key]
-                    self.throttle.exception(log, e, "engine step failed (%d in a row; requests failed: %s)",
-                                            self.consecutive_failures, ", ".join(ids[:16]) or "none with an id")
+                    self.throttle.exception(
+                        log,
+                        e,
+                        "engine step failed (%d in a row; requests failed: %s)",
+                        self.consecutive_failures,
+                        ", ".join(ids[:16]) or "none with an id",
+                    )
                     self._fail_all(f"engine step failed: {type(e).__name__}: {e}")
                     if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
-                        self.unhealthy = (f"{self.consecutive_failures} engine steps failed in a row "
-                                          f"(last: {type(e).__name__}: {e})")
+                        self.unhealthy = (
+                            f"{self.consecutive_failures} engine steps failed in a row (last: {type(e).__name__}: {e})"
+                        )
                         log.error("engine unhealthy, refusing new requests: %s", self.unhealthy)
                         return
                 finally:
@@ -254,18 +271,28 @@ class Engine:
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, int, float]]:
         try:
-            tokens, logprobs = sample(logits, [s.params for s in seqs], [s.prompt for s in seqs],
-                                      [s.generated for s in seqs], [s.generator for s in seqs])
+            tokens, logprobs = sample(
+                logits,
+                [s.params for s in seqs],
+                [s.prompt for s in seqs],
+                [s.generated for s in seqs],
+                [s.generator for s in seqs],
+            )
             return list(zip(seqs, tokens, logprobs))
         except Exception:  # isolate the culprit: one request's bad sampling must not fail the batch
             picked = []
             for i, s in enumerate(seqs):
                 try:
-                    (tok,), (lp,) = sample(logits[i:i + 1], [s.params], [s.prompt], [s.generated], [s.generator])
+                    (tok,), (lp,) = sample(logits[i : i + 1], [s.params], [s.prompt], [s.generated], [s.generator])
                     picked.append((s, tok, lp))
                 except Exception as e:
-                    self.throttle.exception(log, e, "sampling failed; the request ends with an error",
-                                            level=logging.WARNING, request_id=s.key or None)
+                    self.throttle.exception(
+                        log,
+                        e,
+                        "sampling failed; the request ends with an error",
+                        level=logging.WARNING,
+                        request_id=s.key or None,
+                    )
                     self._finish(s, FinishReason.ERROR, f"sampling failed: {e}")
             return picked
 
@@ -289,32 +316,44 @@ class Engine:
                 safe = seq.stop.safe_tokens() if seq.stop else len(seq.generated)
                 if safe > seq.emitted:
                     seq.last_emit_at = now
-                    self._emit(seq, seq.generated[seq.emitted:safe], seq.logprobs[seq.emitted:safe], False, None)
+                    self._emit(seq, seq.generated[seq.emitted : safe], seq.logprobs[seq.emitted : safe], False, None)
                     seq.emitted = safe
 
     def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
         seq.finish_reason, seq.error = reason, error
         end = seq.keep if seq.keep is not None else len(seq.generated)
         end = max(end, seq.emitted)
-        self._emit(seq, seq.generated[seq.emitted:end], seq.logprobs[seq.emitted:end], True, reason)
+        self._emit(seq, seq.generated[seq.emitted : end], seq.logprobs[seq.emitted : end], True, reason)
         seq.emitted = end
         self._release(seq)
         self.stats.finished += 1
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("finished: %s, %d prompt + %d generated tokens, %.3f s%s", reason.value, len(seq.prompt),
-                      len(seq.generated), time.monotonic() - seq.arrival, f" ({error})" if error else "",
-                      extra={"request_id": seq.key or None})
+            log.debug(
+                "finished: %s, %d prompt + %d generated tokens, %.3f s%s",
+                reason.value,
+                len(seq.prompt),
+                len(seq.generated),
+                time.monotonic() - seq.arrival,
+                f" ({error})" if error else "",
+                extra={"request_id": seq.key or None},
+            )
 
-    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
-              reason: FinishReason | None) -> None:
+    def _emit(
+        self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason: FinishReason | None
+    ) -> None:
         """Hand tokens to the request's callback. A callback that fails (its client is gone, the
         response cannot be sent) only ends that request, never the batch or the engine thread."""
         try:
             seq.on_output(seq, tokens, logprobs, finished, reason)
         except Exception as e:
             seq.broken = True  # freed at the next step (no need to wait for a cancellation poll)
-            self.throttle.exception(log, e, "sending a response failed; the request is dropped",
-                                    level=logging.WARNING, request_id=seq.key or None)
+            self.throttle.exception(
+                log,
+                e,
+                "sending a response failed; the request is dropped",
+                level=logging.WARNING,
+                request_id=seq.key or None,
+            )
 
     def _release(self, seq: Sequence) -> None:
         if seq in self.running:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,8 +38,9 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 Attend = Callable[[int, torch.Tensor], torch.Tensor]
 
 
-def decoder_layer(x: torch.Tensor, w: dict[str, torch.Tensor], i: int, cfg, attend: Attend,
-                  norm: Norm = rms_norm) -> torch.Tensor:
+def decoder_layer(
+    x: torch.Tensor, w: dict[str, torch.Tensor], i: int, cfg, attend: Attend, norm: Norm = rms_norm
+) -> torch.Tensor:
     """One pre-norm decoder layer over hidden states x [..., hidden] with fused qkv and gate/up weights."""
     p = f"layers.{i}."
     h = norm(x, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)

@@ -40,7 +40,7 @@ class LlamaConfig:
     eos_token_ids: tuple[int, ...]
 
     @classmethod
-    def from_checkpoint(cls, path: Path) -> "LlamaConfig":
+    def from_checkpoint(cls, path: Path) -> LlamaConfig:
         c = json.loads((Path(path) / "config.json").read_text())
         arch = (c.get("architectures") or ["?"])[0]
         if arch not in SUPPORTED:
@@ -51,9 +51,14 @@ class LlamaConfig:
         eos = c.get("eos_token_id")
         heads = c["num_attention_heads"]
         return cls(
-            vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
-            num_layers=c["num_hidden_layers"], num_heads=heads, num_kv_heads=c.get("num_key_value_heads", heads),
-            head_dim=c.get("head_dim") or c["hidden_size"] // heads, rms_norm_eps=c.get("rms_norm_eps", 1e-6),
+            vocab_size=c["vocab_size"],
+            hidden_size=c["hidden_size"],
+            intermediate_size=c["intermediate_size"],
+            num_layers=c["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=c.get("num_key_value_heads", heads),
+            head_dim=c.get("head_dim") or c["hidden_size"] // heads,
+            rms_norm_eps=c.get("rms_norm_eps", 1e-6),
             rope_theta=rope.get("rope_theta", c.get("rope_theta", 10000.0)),
             max_position_embeddings=c.get("max_position_embeddings", 4096),
             tie_word_embeddings=c.get("tie_word_embeddings", False),
@@ -68,8 +73,10 @@ class LlamaModel:
     def __init__(self, path: Path, device: torch.device, dtype: torch.dtype, max_slots: int, max_seq_len: int):
         self.cfg = cfg = LlamaConfig.from_checkpoint(path)
         if max_seq_len > cfg.max_position_embeddings:
-            raise ValueError(f"max_input_len + max_output_len = {max_seq_len} exceeds the model's "
-                             f"max_position_embeddings ({cfg.max_position_embeddings})")
+            raise ValueError(
+                f"max_input_len + max_output_len = {max_seq_len} exceeds the model's "
+                f"max_position_embeddings ({cfg.max_position_embeddings})"
+            )
         self.device, self.dtype = device, dtype
         self.max_slots, self.max_seq_len = max_slots, max_seq_len
         self.w = self._load(Path(path))
@@ -111,8 +118,9 @@ class LlamaModel:
         return w
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                last: torch.Tensor | None, kv_len: int) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, last: torch.Tensor | None, kv_len: int
+    ) -> torch.Tensor:
         """One forward pass over rows that live in cache `slots`.
 
         tokens, positions: [B, S] (prefill: S = longest new prompt, right-padded; decode: S = 1)
@@ -124,8 +132,9 @@ class LlamaModel:
         return self.forward_eager(tokens, slots, positions, last, kv_len)
 
     @torch.inference_mode()
-    def forward_eager(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                      last: torch.Tensor | None, kv_len: int) -> torch.Tensor:
+    def forward_eager(
+        self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, last: torch.Tensor | None, kv_len: int
+    ) -> torch.Tensor:
         """forward() without graphs (prefill graphs capture this; prefill_graphs.py)."""
         cfg, w = self.cfg, self.w
         B, S = tokens.shape
@@ -134,7 +143,7 @@ class LlamaModel:
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [B,1,S,D]
         # Key j is visible to a query at position p iff j <= p (causal; covers right padding too).
         key_pos = torch.arange(kv_len, device=tokens.device)
-        mask = (key_pos.view(1, 1, 1, kv_len) <= positions.view(B, 1, S, 1))
+        mask = key_pos.view(1, 1, 1, kv_len) <= positions.view(B, 1, S, 1)
         rows = slots.view(B, 1).expand(B, S)
 
         def attend(i, qkv):
@@ -168,4 +177,3 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, name)
-

@@ -14,8 +14,17 @@ from .null_model import NULL_STEP_ENV, NullModel
 from .prefill_graphs import PrefillGraphs
 
 
-def load_model(checkpoint: str, *, device: str, dtype: str, max_slots: int, max_seq_len: int,
-               cuda_graphs: bool, threads: int = 0, max_input_len: int | None = None) -> LlamaModel:
+def load_model(
+    checkpoint: str,
+    *,
+    device: str,
+    dtype: str,
+    max_slots: int,
+    max_seq_len: int,
+    cuda_graphs: bool,
+    threads: int = 0,
+    max_input_len: int | None = None,
+) -> LlamaModel:
     """device/dtype: the spec's names ("auto", "cpu", "cuda", "bfloat16", ...); threads 0 keeps torch's."""
     if threads:
         torch.set_num_threads(threads)

@@ -52,9 +52,13 @@ class _NullDecode:
 
     def step(self, slots: list[int], tokens: list[int], positions: list[int], kv_len: int) -> DecodeResult:
         time.sleep(self.m.step_s)
-        return _NullResult(tokens=[self.m.token(s, p + 1) for s, p in zip(slots, positions)],
-                           logprobs=[0.0] * len(slots), _logits=torch.zeros((0, 0)), _slots=list(slots),
-                           vocab_size=self.m.cfg.vocab_size)
+        return _NullResult(
+            tokens=[self.m.token(s, p + 1) for s, p in zip(slots, positions)],
+            logprobs=[0.0] * len(slots),
+            _logits=torch.zeros((0, 0)),
+            _slots=list(slots),
+            vocab_size=self.m.cfg.vocab_size,
+        )
 
 
 class _NullResult(DecodeResult):

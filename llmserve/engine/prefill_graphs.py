@@ -36,8 +36,12 @@ class PrefillGraphs:
         self.m = model
         dev = model.device
         self.scratch = model.max_seq_len
-        self.shapes = [(n, L) for L in length_buckets(max_input_len) for n in prompt_buckets(model.max_slots)
-                       if n == 1 or n * L <= MAX_TOKENS]
+        self.shapes = [
+            (n, L)
+            for L in length_buckets(max_input_len)
+            for n in prompt_buckets(model.max_slots)
+            if n == 1 or n * L <= MAX_TOKENS
+        ]
         n_max, l_max = max(n for n, _ in self.shapes), max(L for _, L in self.shapes)
         # Static inputs: tokens and positions [n_max, l_max], the cache slot and last real index per row.
         self.tokens = torch.zeros((n_max, l_max), dtype=torch.long, device=dev)

@@ -31,8 +31,12 @@ class SamplingParams:
     def plain(self) -> bool:
         """Nothing but argmax or plain sampling, plus at most the min_tokens end-token mask, is
         needed (the batched fast path)."""
-        return (self.repetition_penalty == 1.0 and self.presence_penalty == 0.0 and self.frequency_penalty == 0.0
-                and not self.bad_words)
+        return (
+            self.repetition_penalty == 1.0
+            and self.presence_penalty == 0.0
+            and self.frequency_penalty == 0.0
+            and not self.bad_words
+        )
 
 
 def trtllm_top_k_top_p(top_k: int, top_p: float) -> tuple[int, float]:
@@ -58,7 +62,7 @@ def _penalize(logits: torch.Tensor, p: SamplingParams, prompt: list[int], genera
         logits[ids] -= p.presence_penalty + p.frequency_penalty * counts.to(logits.dtype)
     for word in p.bad_words:
         prefix = word[:-1]
-        if not prefix or generated[len(generated) - len(prefix):] == prefix:
+        if not prefix or generated[len(generated) - len(prefix) :] == prefix:
             logits[word[-1]] = float("-inf")
 
 
@@ -77,8 +81,13 @@ def _sample_row(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator | 
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], prompts: list[list[int]],
-           generated: list[list[int]], generators: list[torch.Generator | None]) -> tuple[list[int], list[float]]:
+def sample(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    prompts: list[list[int]],
+    generated: list[list[int]],
+    generators: list[torch.Generator | None],
+) -> tuple[list[int], list[float]]:
     """logits: [B, V] float32 -> (token per row, log-probability of that token under the model)."""
     logprobs_all = torch.log_softmax(logits, dim=-1)
     # min_tokens: forbid the end tokens of rows still short of it, in one indexed write for the batch.

@@ -33,8 +33,9 @@ def main(argv=None) -> int:
 
 
 def _main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmserve.openai_api", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m llmserve.openai_api", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--spec", default=str(DEFAULT_SPEC))
     ap.add_argument("--host", help="default: openai.bind of the spec")
     ap.add_argument("--port", type=int, help="default: openai.port of the spec")
@@ -52,13 +53,26 @@ def _main(argv=None) -> int:
         return 2
     keys = KeyCheck(settings.api_keys)
     host, port = args.host or spec.openai.bind, args.port or spec.openai.port
-    log.info("model %r on http://%s:%d/v1 -> Triton %s (API keys: %s)", settings.model, host, port,
-             ",".join(endpoints), "required" if keys.enabled else "off")
+    log.info(
+        "model %r on http://%s:%d/v1 -> Triton %s (API keys: %s)",
+        settings.model,
+        host,
+        port,
+        ",".join(endpoints),
+        "required" if keys.enabled else "off",
+    )
     # log_config=None: uvicorn's own records go through our handler (same format, JSON included);
     # access_log=False: ours (access.py) has the request id, the tokens and the error's cause.
-    config = uvicorn.Config(create_app(service, keys), host=host, port=port, log_config=None,
-                            log_level=logging.getLogger().level, access_log=False,
-                            timeout_graceful_shutdown=spec.serving.exit_timeout_s, loop="asyncio")
+    config = uvicorn.Config(
+        create_app(service, keys),
+        host=host,
+        port=port,
+        log_config=None,
+        log_level=logging.getLogger().level,
+        access_log=False,
+        timeout_graceful_shutdown=spec.serving.exit_timeout_s,
+        loop="asyncio",
+    )
     uvicorn.Server(config).run()
     return 0
 

@@ -28,7 +28,7 @@ import secrets
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from ..logs import request_context
 from .errors import APIError
@@ -48,7 +48,7 @@ class Access:
 
     request_id: str
     run: Any = None  # service.Run, once the request reached Triton: tokens, retries, resumes
-    error: Optional[str] = None
+    error: str | None = None
     hung_up: bool = False  # the client closed the connection before the end (a stream's status stays 200)
 
 
@@ -101,8 +101,9 @@ class AccessLog:
                     raise  # the response had started: nothing else can be said to the client
                 status[0] = 500
                 err = APIError(500, f"internal error: {type(e).__name__}")
-                await send_with_id({"type": "http.response.start", "status": 500,
-                                    "headers": [(b"content-type", b"application/json")]})
+                await send_with_id(
+                    {"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"application/json")]}
+                )
                 await send_with_id({"type": "http.response.body", "body": dumps(err.body())})
             finally:
                 self.inflight.discard(rid)
@@ -111,13 +112,23 @@ class AccessLog:
     @staticmethod
     def _line(scope, record: Access, status: int, seconds: float) -> None:
         path = scope.get("path", "")
-        level = (logging.DEBUG if path in _QUIET and status < 500 else
-                 logging.WARNING if status >= 500 or (record.error and status < 400) else logging.INFO)
+        level = (
+            logging.DEBUG
+            if path in _QUIET and status < 500
+            else logging.WARNING
+            if status >= 500 or (record.error and status < 400)
+            else logging.INFO
+        )
         if not log.isEnabledFor(level):
             return
         client = scope.get("client")
-        fields: dict[str, Any] = {"request_id": record.request_id, "method": scope.get("method"), "path": path,
-                                  "status": status, "duration_ms": round(seconds * 1000, 1)}
+        fields: dict[str, Any] = {
+            "request_id": record.request_id,
+            "method": scope.get("method"),
+            "path": path,
+            "status": status,
+            "duration_ms": round(seconds * 1000, 1),
+        }
         run = record.run
         if run is not None:
             fields["completion_tokens"] = run.completion_tokens
@@ -131,7 +142,18 @@ class AccessLog:
             fields["hung_up"] = True
         if client:
             fields["client"] = f"{client[0]}:{client[1]}"
-        extra = " ".join(f"{k}={json.dumps(v)}" if k == "error" else f"{k}={v}" for k, v in fields.items()
-                         if k not in ("request_id", "method", "path", "status", "duration_ms"))
-        log.log(level, "%s %s %d %.3f s%s", fields["method"], path, status, seconds, " " + extra if extra else "",
-                extra=fields)
+        extra = " ".join(
+            f"{k}={json.dumps(v)}" if k == "error" else f"{k}={v}"
+            for k, v in fields.items()
+            if k not in ("request_id", "method", "path", "status", "duration_ms")
+        )
+        log.log(
+            level,
+            "%s %s %d %.3f s%s",
+            fields["method"],
+            path,
+            status,
+            seconds,
+            " " + extra if extra else "",
+            extra=fields,
+        )

@@ -21,8 +21,8 @@ import json
 import logging
 import time
 import uuid
-from contextlib import aclosing, asynccontextmanager
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -78,8 +78,9 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
         finally:
             await service.close()
 
-    app = FastAPI(title="llmserve OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="llmserve OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
 
     app.add_middleware(AccessLog)
 
@@ -158,8 +159,11 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
         except APIError:
             await gen.aclose()
             raise
-        return StreamingResponse(events(run, shape, req, first, gen, record), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            events(run, shape, req, first, gen, record),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     async def events(run: Run, shape: Shape, req, first, gen, record) -> AsyncIterator[bytes]:
         with_usage = req.include_usage

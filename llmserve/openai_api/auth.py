@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 from .errors import APIError
 
@@ -18,7 +18,7 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
-def load_keys(spec_keys: Iterable[str] = (), env_var: Optional[str] = None, file: Optional[str | Path] = None) -> list[str]:
+def load_keys(spec_keys: Iterable[str] = (), env_var: str | None = None, file: str | Path | None = None) -> list[str]:
     keys = [k.strip() for k in spec_keys if k.strip()]
     if env_var and os.environ.get(env_var):
         keys += [k.strip() for k in os.environ[env_var].split(",") if k.strip()]
@@ -39,13 +39,14 @@ class KeyCheck:
     def enabled(self) -> bool:
         return bool(self._digests)
 
-    def check(self, authorization: Optional[str]) -> None:
+    def check(self, authorization: str | None) -> None:
         if not self._digests:
             return
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise APIError(401, "Missing API key: send the header 'Authorization: Bearer <key>'.",
-                           code="invalid_api_key")
+            raise APIError(
+                401, "Missing API key: send the header 'Authorization: Bearer <key>'.", code="invalid_api_key"
+            )
         d = _digest(token.strip())
         if not any(hmac.compare_digest(d, k) for k in self._digests):
             raise APIError(401, "Incorrect API key provided.", code="invalid_api_key")

@@ -12,7 +12,9 @@ def settings_from_spec(spec: Spec, endpoints: list[str]) -> Settings:
     o, e = spec.openai, spec.engine
     default_max = o.default_max_tokens or e.max_output_len
     if default_max > e.max_output_len:
-        raise ValueError(f"openai.default_max_tokens ({default_max}) exceeds engine.max_output_len ({e.max_output_len})")
+        raise ValueError(
+            f"openai.default_max_tokens ({default_max}) exceeds engine.max_output_len ({e.max_output_len})"
+        )
     keys = load_keys(o.api_keys, o.api_keys_env, resolve(o.api_keys_file) if o.api_keys_file else None)
     return Settings(
         model=o.served_model_name or spec.name,

@@ -4,42 +4,66 @@ NotFoundError, RateLimitError, InternalServerError, ...)."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 from ..client.retry import GaveUp, GenerationError
 from ..errors import ErrorKind
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-         404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
-         429: "rate_limit_exceeded", 500: "internal_error", 502: "api_error", 503: "service_unavailable",
-         504: "timeout"}
+TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_exceeded",
+    500: "internal_error",
+    502: "api_error",
+    503: "service_unavailable",
+    504: "timeout",
+}
 
 
 class APIError(Exception):
     """An answer that is not a completion. `param` names the request field at fault (OpenAI's
     convention: `messages[0].role`, `max_tokens`); `retry_after_s` becomes a Retry-After header."""
 
-    def __init__(self, status: int, message: str, *, param: Optional[str] = None, code: Optional[str] = None,
-                 retry_after_s: Optional[int] = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: int | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.retry_after_s = retry_after_s
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": TYPES.get(self.status, "api_error"),
-                          "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": TYPES.get(self.status, "api_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)} if self.retry_after_s is not None else {}
 
 
-def bad_request(param: Optional[str], message: str, code: Optional[str] = None) -> APIError:
+def bad_request(param: str | None, message: str, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
 
 
 def unsupported(param: str, why: str = "") -> APIError:
-    return APIError(400, f"`{param}` is not supported by this server" + (f": {why}" if why else ""),
-                    param=param, code="unsupported_parameter")
+    return APIError(
+        400,
+        f"`{param}` is not supported by this server" + (f": {why}" if why else ""),
+        param=param,
+        code="unsupported_parameter",
+    )
 
 
 def busy(message: str) -> APIError:
@@ -53,8 +77,12 @@ def from_client_error(e: GenerationError) -> APIError:
     if isinstance(e, GaveUp):
         if e.kind is ErrorKind.BUSY:
             return busy(f"every Triton server is busy; retry later ({e.last})")
-        return APIError(503, f"no Triton server could serve the request after {e.attempts} attempts: {e.last}",
-                        code="unavailable", retry_after_s=1)
+        return APIError(
+            503,
+            f"no Triton server could serve the request after {e.attempts} attempts: {e.last}",
+            code="unavailable",
+            retry_after_s=1,
+        )
     if e.kind is ErrorKind.INVALID_ARGUMENT:
         return APIError(400, str(e), code="invalid_request")
     if e.kind is ErrorKind.TIMEOUT:

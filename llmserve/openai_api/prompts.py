@@ -9,7 +9,6 @@ so `usage.prompt_tokens` is the number of tokens the engine prefills."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from jinja2 import TemplateError
 
@@ -31,13 +30,14 @@ class Prompt:
     """What the ensemble gets as text_input (apply_chat_template=false)."""
     tokens: int
     max_tokens: int
-    min_tokens: Optional[int] = None
+    min_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
 
 
 class PromptBuilder:
-    def __init__(self, tokenizer_dir: str, limits: Limits, *, add_special_tokens: bool = False,
-                 trust_remote_code: bool = False):
+    def __init__(
+        self, tokenizer_dir: str, limits: Limits, *, add_special_tokens: bool = False, trust_remote_code: bool = False
+    ):
         self.tok = load_hf_tokenizer(tokenizer_dir, trust_remote_code)
         self.limits, self.add_special_tokens = limits, add_special_tokens
         self.has_chat_template = bool(self.tok.chat_template)
@@ -71,12 +71,18 @@ class PromptBuilder:
         lim = self.limits
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > self.max_prompt_bytes:
-            raise bad_request(where, f"The prompt is {size} bytes, longer than any prompt of at most "
-                                     f"{lim.max_input_len} tokens.", code="context_length_exceeded")
+            raise bad_request(
+                where,
+                f"The prompt is {size} bytes, longer than any prompt of at most {lim.max_input_len} tokens.",
+                code="context_length_exceeded",
+            )
         n = self.count(text)
         if n > lim.max_input_len:
-            raise bad_request(where, f"This model's maximum prompt length is {lim.max_input_len} tokens; "
-                                     f"this prompt has {n} tokens.", code="context_length_exceeded")
+            raise bad_request(
+                where,
+                f"This model's maximum prompt length is {lim.max_input_len} tokens; this prompt has {n} tokens.",
+                code="context_length_exceeded",
+            )
         asked, name = req.requested_max_tokens()
         max_tokens = lim.default_max_tokens if asked is None else asked
         if not 1 <= max_tokens <= lim.max_output_len:

@@ -19,11 +19,12 @@ tokens."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Optional, Union
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import APIError, bad_request, unsupported
+from .errors import bad_request, unsupported
 
 
 class _Strict(BaseModel):
@@ -80,10 +81,13 @@ WHY = {
     "best_of": "one choice per request",
     "logprobs": "the ensemble returns log-probabilities without the tokens they belong to",
     "top_logprobs": "the engine returns only the chosen token's log-probability",
-    "tools": "no tool calling", "tool_choice": "no tool calling", "functions": "no tool calling",
+    "tools": "no tool calling",
+    "tool_choice": "no tool calling",
+    "functions": "no tool calling",
     "function_call": "no tool calling",
-    "response_format": "no structured output; only {\"type\": \"text\"}",
-    "logit_bias": "the engine has no logit bias", "suffix": "no insertion (fill-in-the-middle)",
+    "response_format": 'no structured output; only {"type": "text"}',
+    "logit_bias": "the engine has no logit bias",
+    "suffix": "no insertion (fill-in-the-middle)",
     "echo": "the prompt is not returned",
 }
 
@@ -100,7 +104,7 @@ class TextPart(_Strict):
 
 class Message(_Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: Union[str, list[TextPart], None] = None
+    content: str | list[TextPart] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -114,30 +118,30 @@ class Sampling(_Strict):
     """Fields shared by both endpoints."""
 
     model: str
-    max_tokens: Optional[int] = None
-    stop: Union[str, list[str], None] = None
-    temperature: Optional[float] = Field(default=None, ge=0, le=2)
-    top_p: Optional[float] = Field(default=None, gt=0, le=1)
-    seed: Optional[int] = Field(default=None, ge=0, lt=2**64)
-    presence_penalty: Optional[float] = Field(default=None, ge=-2, le=2)
-    frequency_penalty: Optional[float] = Field(default=None, ge=-2, le=2)
+    max_tokens: int | None = None
+    stop: str | list[str] | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = Field(default=None, ge=0, lt=2**64)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     stream: bool = False
-    stream_options: Optional[StreamOptions] = None
-    user: Optional[str] = None
+    stream_options: StreamOptions | None = None
+    user: str | None = None
     # vLLM extensions the engine implements.
-    top_k: Optional[int] = Field(default=None, ge=-1)
-    min_tokens: Optional[int] = Field(default=None, ge=0)
-    repetition_penalty: Optional[float] = Field(default=None, gt=0, le=2)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_tokens: int | None = Field(default=None, ge=0)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=2)
     ignore_eos: bool = False
     # Accepted with their default value only (see *_UNSUPPORTED); typed loosely so that the
     # unsupported check, not a type error, answers.
-    n: Optional[Any] = None
-    logit_bias: Optional[Any] = None
-    service_tier: Optional[Any] = None
-    store: Optional[Any] = None
-    metadata: Optional[Any] = None
-    prediction: Optional[Any] = None
-    logprobs: Optional[Any] = None
+    n: Any | None = None
+    logit_bias: Any | None = None
+    service_tier: Any | None = None
+    store: Any | None = None
+    metadata: Any | None = None
+    prediction: Any | None = None
+    logprobs: Any | None = None
 
     def stop_words(self) -> list[str]:
         if self.stop is None:
@@ -151,33 +155,33 @@ class Sampling(_Strict):
 
 class ChatCompletionRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = None
-    tools: Optional[Any] = None
-    tool_choice: Optional[Any] = None
-    parallel_tool_calls: Optional[Any] = None
-    functions: Optional[Any] = None
-    function_call: Optional[Any] = None
-    response_format: Optional[Any] = None
-    top_logprobs: Optional[Any] = None
-    modalities: Optional[Any] = None
-    audio: Optional[Any] = None
-    reasoning_effort: Optional[Any] = None
-    web_search_options: Optional[Any] = None
-    verbosity: Optional[Any] = None
+    max_completion_tokens: int | None = None
+    tools: Any | None = None
+    tool_choice: Any | None = None
+    parallel_tool_calls: Any | None = None
+    functions: Any | None = None
+    function_call: Any | None = None
+    response_format: Any | None = None
+    top_logprobs: Any | None = None
+    modalities: Any | None = None
+    audio: Any | None = None
+    reasoning_effort: Any | None = None
+    web_search_options: Any | None = None
+    verbosity: Any | None = None
 
-    def requested_max_tokens(self) -> tuple[Optional[int], str]:
+    def requested_max_tokens(self) -> tuple[int | None, str]:
         if self.max_completion_tokens is not None:
             return self.max_completion_tokens, "max_completion_tokens"
         return self.max_tokens, "max_tokens"
 
 
 class CompletionRequest(Sampling):
-    prompt: Union[str, list[str], list[int], list[list[int]]]
-    best_of: Optional[Any] = None
-    echo: Optional[Any] = None
-    suffix: Optional[Any] = None
+    prompt: str | list[str] | list[int] | list[list[int]]
+    best_of: Any | None = None
+    echo: Any | None = None
+    suffix: Any | None = None
 
-    def requested_max_tokens(self) -> tuple[Optional[int], str]:
+    def requested_max_tokens(self) -> tuple[int | None, str]:
         return self.max_tokens, "max_tokens"
 
     def prompt_text(self) -> str:
@@ -197,7 +201,9 @@ def param_of(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("str", "list[TextPart]", "list[str]", "list[int]", "list[list[int]]", "TextPart") or "[" in str(part):
+        elif part in ("str", "list[TextPart]", "list[str]", "list[int]", "list[list[int]]", "TextPart") or "[" in str(
+            part
+        ):
             continue  # union branch labels, not fields
         else:
             out += ("." if out else "") + str(part)
@@ -230,7 +236,9 @@ def parse(kind: type[ChatCompletionRequest] | type[CompletionRequest], data: Any
         errors = e.errors()
         # An unknown field first; otherwise the deepest location (for a union, the branch that got
         # furthest: a content list with a bad part, not "content is not a string").
-        err = next((x for x in errors if x["type"] == "extra_forbidden"), None) or max(errors, key=lambda x: len(x["loc"]))
+        err = next((x for x in errors if x["type"] == "extra_forbidden"), None) or max(
+            errors, key=lambda x: len(x["loc"])
+        )
         param = param_of(err["loc"])
         if err["type"] == "extra_forbidden":
             raise bad_request(param, f"Unrecognized request argument supplied: {param}") from None

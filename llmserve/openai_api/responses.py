@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 CHAT, COMPLETION = "chat.completion", "text_completion"
 
@@ -21,8 +20,11 @@ DONE = b"data: [DONE]\n\n"
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 class Shape:
@@ -36,14 +38,19 @@ class Shape:
 
     def whole(self, text: str, finish_reason: str, use: dict) -> dict:
         if self.kind == CHAT:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": finish_reason}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         return {**self._head(self.kind), "choices": [choice], "usage": use}
 
-    def chunk(self, text: Optional[str], finish_reason: Optional[str] = None, *, first: bool = False,
-              with_usage: bool = False) -> dict:
+    def chunk(
+        self, text: str | None, finish_reason: str | None = None, *, first: bool = False, with_usage: bool = False
+    ) -> dict:
         """One streamed chunk. Chat: the first carries the role, the last an empty delta and the
         finish reason. with_usage: `"usage": null` on every chunk, as OpenAI does with include_usage."""
         if self.kind == CHAT:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Optional
 
 from ..client.aio import EnsembleClient, GenerationError, Piece, Stats
 from ..spec.deployment import Serving
@@ -51,10 +51,10 @@ class Settings:
 class Run:
     """One request's generation: iterate `pieces()` once (or `collect()`)."""
 
-    def __init__(self, service: "Service", req, prompt: Prompt, request_id: str, arrival: float):
+    def __init__(self, service: Service, req, prompt: Prompt, request_id: str, arrival: float):
         self.service, self.req, self.prompt, self.id, self.arrival = service, req, prompt, request_id, arrival
         self.trace = Stats()
-        self.first_at: Optional[float] = None
+        self.first_at: float | None = None
         self.done = False
 
     @property
@@ -71,7 +71,7 @@ class Run:
     async def pieces(self) -> AsyncIterator[Piece]:
         s, m = self.service, self.service.metrics
         m.running.inc()
-        outcome: Optional[str] = "abort"  # unless it ends normally or with an error
+        outcome: str | None = "abort"  # unless it ends normally or with an error
         last = None
         try:
             async with aclosing(s.client.generate(s.ensemble_body(self.req, self.prompt), self.id, self.trace)) as gen:
@@ -100,7 +100,7 @@ class Run:
             m.running.dec()
             self._record(outcome)
 
-    def _record(self, outcome: Optional[str]) -> None:
+    def _record(self, outcome: str | None) -> None:
         m, t = self.service.metrics, self.trace
         # Each failed attempt with its cause (the access line counts retries and resumes); the
         # Triton request id of attempt n is `<request id>-<n>`.
@@ -130,15 +130,22 @@ class Run:
 
 
 class Service:
-    def __init__(self, settings: Settings, *, builder: Optional[PromptBuilder] = None,
-                 client: Optional[EnsembleClient] = None):
+    def __init__(
+        self, settings: Settings, *, builder: PromptBuilder | None = None, client: EnsembleClient | None = None
+    ):
         self.settings = settings
-        self.builder = builder or PromptBuilder(settings.tokenizer_dir, settings.limits,
-                                                add_special_tokens=settings.add_special_tokens,
-                                                trust_remote_code=settings.trust_remote_code)
-        self.client = client or EnsembleClient(settings.endpoints, idle_timeout_s=settings.idle_timeout_s,
-                                               max_attempts=settings.max_attempts,
-                                               health_interval_s=settings.health_interval_s)
+        self.builder = builder or PromptBuilder(
+            settings.tokenizer_dir,
+            settings.limits,
+            add_special_tokens=settings.add_special_tokens,
+            trust_remote_code=settings.trust_remote_code,
+        )
+        self.client = client or EnsembleClient(
+            settings.endpoints,
+            idle_timeout_s=settings.idle_timeout_s,
+            max_attempts=settings.max_attempts,
+            health_interval_s=settings.health_interval_s,
+        )
         lim = settings.limits
         self.metrics = Metrics(settings.model, lim.max_input_len + lim.max_output_len)
 
@@ -149,9 +156,13 @@ class Service:
         await self.client.close()
 
     def model_card(self) -> dict:
-        return {"id": self.settings.model, "object": "model", "created": self.settings.created,
-                "owned_by": "llmserve", "max_model_len": self.settings.limits.max_input_len
-                + self.settings.limits.max_output_len}
+        return {
+            "id": self.settings.model,
+            "object": "model",
+            "created": self.settings.created,
+            "owned_by": "llmserve",
+            "max_model_len": self.settings.limits.max_input_len + self.settings.limits.max_output_len,
+        }
 
     def check_model(self, name: str) -> None:
         if name != self.settings.model:
@@ -166,14 +177,27 @@ class Service:
 
     @staticmethod
     def ensemble_body(req: ChatCompletionRequest | CompletionRequest, prompt: Prompt) -> dict:
-        body = {"text_input": prompt.text, "max_tokens": prompt.max_tokens, "stream": True,
-                "apply_chat_template": False, "exclude_input_in_output": True, "return_log_probs": True}
+        body = {
+            "text_input": prompt.text,
+            "max_tokens": prompt.max_tokens,
+            "stream": True,
+            "apply_chat_template": False,
+            "exclude_input_in_output": True,
+            "return_log_probs": True,
+        }
         if prompt.stop:
             body["stop_words"] = prompt.stop
         if prompt.min_tokens:
             body["min_tokens"] = prompt.min_tokens
-        for name in ("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
-                     "repetition_penalty"):
+        for name in (
+            "temperature",
+            "top_p",
+            "top_k",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
+        ):
             value = getattr(req, name)
             if value is not None and not (name == "top_k" and value == -1):  # vLLM's -1: no top-k
                 body[name] = value

@@ -34,8 +34,8 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class PollThrottle:
         self._last: dict[str, float] = {}
 
     @classmethod
-    def from_ms(cls, period_ms: float, **kw) -> "PollThrottle":
+    def from_ms(cls, period_ms: float, **kw) -> PollThrottle:
         return cls(period_ms / 1000, **kw)
 
     def start(self, key: str = "") -> None:
@@ -117,8 +117,9 @@ def remember(recent: dict, key: str, value, max_keys: int = MAX_TRACKED) -> None
 def stop_inputs(pb) -> list:
     """Upstream's `stop` request: stop true plus the inputs every request must carry (their values
     are ignored)."""
-    return [pb.Tensor(name, np.full((1, 1), value, _ENGINE_INPUTS[name].np_dtype))
-            for name, value in STOP_REQUEST.items()]
+    return [
+        pb.Tensor(name, np.full((1, 1), value, _ENGINE_INPUTS[name].np_dtype)) for name, value in STOP_REQUEST.items()
+    ]
 
 
 def send_stop(pb, model: str, request_id: str) -> bool:
@@ -126,8 +127,9 @@ def send_stop(pb, model: str, request_id: str) -> bool:
     response). Never raises: a stop that fails leaves the generation to end by itself. True if sent
     without error."""
     try:
-        bls = pb.InferenceRequest(model_name=model, inputs=stop_inputs(pb), request_id=request_id,
-                                  requested_output_names=["output_ids"])
+        bls = pb.InferenceRequest(
+            model_name=model, inputs=stop_inputs(pb), request_id=request_id, requested_output_names=["output_ids"]
+        )
         ok = True
         for response in bls.exec(decoupled=True):
             if response.has_error():

@@ -4,7 +4,7 @@ the adapter passes `send`."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,14 +28,26 @@ class EngineService:
     def __init__(self, opts: EngineOptions):
         self.opts = opts
         self.tokenizer = load_fast(opts.checkpoint_dir)
-        self.model = load_model(opts.checkpoint_dir, device=opts.device, dtype=opts.dtype,
-                                max_slots=opts.max_batch_size, max_seq_len=opts.max_input_len + opts.max_output_len,
-                                cuda_graphs=opts.cuda_graphs, threads=opts.threads, max_input_len=opts.max_input_len)
-        self.engine = Engine(self.model, self.tokenizer, prefill_token_budget=opts.prefill_token_budget,
-                             skip_special_tokens=opts.skip_special_tokens, max_waiting=opts.max_queue_size,
-                             request_timeout_s=opts.request_timeout_s,
-                             stream_interval_s=opts.stream_interval_ms / 1000,
-                             cancel_poll_s=opts.cancellation_check_period_ms / 1000)
+        self.model = load_model(
+            opts.checkpoint_dir,
+            device=opts.device,
+            dtype=opts.dtype,
+            max_slots=opts.max_batch_size,
+            max_seq_len=opts.max_input_len + opts.max_output_len,
+            cuda_graphs=opts.cuda_graphs,
+            threads=opts.threads,
+            max_input_len=opts.max_input_len,
+        )
+        self.engine = Engine(
+            self.model,
+            self.tokenizer,
+            prefill_token_budget=opts.prefill_token_budget,
+            skip_special_tokens=opts.skip_special_tokens,
+            max_waiting=opts.max_queue_size,
+            request_timeout_s=opts.request_timeout_s,
+            stream_interval_s=opts.stream_interval_ms / 1000,
+            cancel_poll_s=opts.cancellation_check_period_ms / 1000,
+        )
         self.engine.start()
         # request id -> marks on its running requests: a `stop` request ends them as upstream's backend
         # does, with a normal final response holding what they have, not with a CANCELLED error.
@@ -43,15 +55,24 @@ class EngineService:
 
     def parse(self, read: Reader) -> EngineRequest:
         return parse_engine_request(
-            read, vocab_size=self.model.cfg.vocab_size, default_end_ids=self.model.cfg.eos_token_ids,
-            max_input_len=self.opts.max_input_len, max_output_len=self.opts.max_output_len,
+            read,
+            vocab_size=self.model.cfg.vocab_size,
+            default_end_ids=self.model.cfg.eos_token_ids,
+            max_input_len=self.opts.max_input_len,
+            max_output_len=self.opts.max_output_len,
             exclude_default=self.opts.exclude_input_in_output,
             decode_word=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
         )
 
-    def submit(self, req: EngineRequest, send: Send, is_cancelled: Callable[[], bool], key: str = "",
-               backlogged: Callable[[], bool] | None = None,
-               echo: "dict[str, np.ndarray] | None" = None) -> Sequence:
+    def submit(
+        self,
+        req: EngineRequest,
+        send: Send,
+        is_cancelled: Callable[[], bool],
+        key: str = "",
+        backlogged: Callable[[], bool] | None = None,
+        echo: dict[str, np.ndarray] | None = None,
+    ) -> Sequence:
         """key: the request's key (the Triton request id, or the ensemble's request_key:
         pipeline/cancellation.request_key), which a later `stop` request names to cancel this one.
         echo: tensors sent back with every response that carries tokens (the request_key, so the
@@ -66,19 +87,25 @@ class EngineService:
         def mark_stopped():
             stopped.append(True)
 
-        def on_output(seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
-                      reason: FinishReason | None):
+        def on_output(
+            seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason: FinishReason | None
+        ):
             if finished:
                 self.stops.remove(key, mark_stopped)
             if reason is FinishReason.CANCELLED and stopped:
                 # The engine hands a cancelled sequence nothing more (keep = emitted); a stopped one
                 # ends with the tokens it generated and has not sent yet, as a normal final response.
-                tokens, logprobs = seq.generated[seq.emitted:], seq.logprobs[seq.emitted:]
+                tokens, logprobs = seq.generated[seq.emitted :], seq.logprobs[seq.emitted :]
             elif reason is FinishReason.CANCELLED:
                 return send(None, True, reason, CANCELLED_MESSAGE)
             if reason is FinishReason.TIMEOUT:
-                return send(None, True, reason, f"{TIMEOUT_PREFIX}: request exceeded serving.request_timeout_s "
-                                                f"({self.opts.request_timeout_s:g} s) and was cancelled")
+                return send(
+                    None,
+                    True,
+                    reason,
+                    f"{TIMEOUT_PREFIX}: request exceeded serving.request_timeout_s "
+                    f"({self.opts.request_timeout_s:g} s) and was cancelled",
+                )
             if reason is FinishReason.ERROR:
                 return send(None, True, reason, f"error: {seq.error}")
             if held[0]:
@@ -92,8 +119,14 @@ class EngineService:
                 return send(None, True, None, None) if finished else None
             send({**outputs, **echo} if echo else outputs, finished, None, None)
 
-        seq = Sequence(prompt=req.prompt, params=req.params, on_output=on_output, is_cancelled=is_cancelled,
-                       streaming=req.streaming, key=key)
+        seq = Sequence(
+            prompt=req.prompt,
+            params=req.params,
+            on_output=on_output,
+            is_cancelled=is_cancelled,
+            streaming=req.streaming,
+            key=key,
+        )
         self.stops.add(key, mark_stopped)
         try:
             self.engine.submit(seq)

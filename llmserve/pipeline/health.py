@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 HEARTBEAT_S = 1.0
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class StubWatchdog:
         self._lock = threading.Lock()
         self.reported: str | None = None
 
-    def start(self, health: Callable[[], "str | None"]) -> "StubWatchdog":
+    def start(self, health: Callable[[], str | None]) -> StubWatchdog:
         """Start the watchdog process now (so there is no moment when a dead stub goes unnoticed)
         and the heartbeat thread."""
         self._spawn()
@@ -39,9 +39,22 @@ class StubWatchdog:
     def _spawn(self) -> None:
         with self._lock:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llmserve.pipeline.watchdog", "--server-pid", str(self.server_pid),
-                 "--name", self.name, "--grace-s", str(self.grace_s), "--silence-s", str(self.silence_s)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "llmserve.pipeline.watchdog",
+                    "--server-pid",
+                    str(self.server_pid),
+                    "--name",
+                    self.name,
+                    "--grace-s",
+                    str(self.grace_s),
+                    "--silence-s",
+                    str(self.silence_s),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+            )
 
     def _write(self, b: bytes) -> None:
         with self._lock:

@@ -12,8 +12,10 @@ GAUGES = {
     "llmserve_requests_waiting": ("Requests waiting for a free engine slot", lambda s: s.waiting),
     "llmserve_kv_cache_used_tokens": ("KV cache tokens held by running sequences", lambda s: s.kv_cache_used_tokens),
     "llmserve_kv_cache_capacity_tokens": ("KV cache capacity in tokens", lambda s: s.kv_cache_capacity_tokens),
-    "llmserve_kv_cache_utilization": ("Fraction of the KV cache in use",
-                                      lambda s: s.kv_cache_used_tokens / max(1, s.kv_cache_capacity_tokens)),
+    "llmserve_kv_cache_utilization": (
+        "Fraction of the KV cache in use",
+        lambda s: s.kv_cache_used_tokens / max(1, s.kv_cache_capacity_tokens),
+    ),
     "llmserve_batch_size_last": ("Sequences in the latest decode step", lambda s: s.last_batch_size),
     "llmserve_batch_size_max": ("Largest decode batch since start", lambda s: s.max_batch_size_seen),
 }
@@ -21,7 +23,10 @@ COUNTERS = {
     "llmserve_generated_tokens_total": ("Tokens generated", lambda s: s.generated_tokens),
     "llmserve_prompt_tokens_total": ("Prompt tokens prefilled", lambda s: s.prompt_tokens),
     "llmserve_decode_steps_total": ("Decode steps run", lambda s: s.steps),
-    "llmserve_batched_decode_steps_total": ("Decode steps that carried more than one sequence", lambda s: s.batched_steps),
+    "llmserve_batched_decode_steps_total": (
+        "Decode steps that carried more than one sequence",
+        lambda s: s.batched_steps,
+    ),
     "llmserve_requests_finished_total": ("Requests finished", lambda s: s.finished),
     "llmserve_requests_cancelled_total": ("Requests cancelled by the client", lambda s: s.cancelled),
     "llmserve_requests_timed_out_total": ("Requests cancelled by serving.request_timeout_s", lambda s: s.timed_out),

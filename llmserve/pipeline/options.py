@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..contract import BACKEND
 
@@ -36,11 +36,20 @@ class ModelParams:
         values = {}
         for f in dataclasses.fields(cls):
             if f.name not in params:
-                raise ValueError(f"config.pbtxt of this model lacks parameter {f.name!r}; regenerate the "
-                                 f"repository with tools/generate.py")
+                raise ValueError(
+                    f"config.pbtxt of this model lacks parameter {f.name!r}; regenerate the "
+                    f"repository with tools/generate.py"
+                )
             raw, kind = params[f.name], hints[f.name]
-            values[f.name] = (parse_bool(raw) if kind is bool else kind(raw) if kind in (int, float) else
-                              resolve(raw) if f.name.endswith("_dir") else raw)
+            values[f.name] = (
+                parse_bool(raw)
+                if kind is bool
+                else kind(raw)
+                if kind in (int, float)
+                else resolve(raw)
+                if f.name.endswith("_dir")
+                else raw
+            )
         return cls(**values)
 
 
@@ -55,11 +64,16 @@ class PreprocessOptions(ModelParams):
     trust_remote_code: bool
 
     @classmethod
-    def from_spec(cls, spec, tokenizer_dir: str) -> "PreprocessOptions":
-        return cls(tokenizer_dir=tokenizer_dir, apply_chat_template=spec.tokenizer.apply_chat_template,
-                   add_special_tokens=spec.tokenizer.add_special_tokens,
-                   max_input_len=spec.engine.max_input_len, max_output_len=spec.engine.max_output_len,
-                   max_beam_width=1, trust_remote_code=spec.model.trust_remote_code)
+    def from_spec(cls, spec, tokenizer_dir: str) -> PreprocessOptions:
+        return cls(
+            tokenizer_dir=tokenizer_dir,
+            apply_chat_template=spec.tokenizer.apply_chat_template,
+            add_special_tokens=spec.tokenizer.add_special_tokens,
+            max_input_len=spec.engine.max_input_len,
+            max_output_len=spec.engine.max_output_len,
+            max_beam_width=1,
+            trust_remote_code=spec.model.trust_remote_code,
+        )
 
 
 def cancellation_check_period_ms(spec) -> int:
@@ -75,9 +89,12 @@ class PostprocessOptions(ModelParams):
     cancellation_check_period_ms: int
 
     @classmethod
-    def from_spec(cls, spec, tokenizer_dir: str) -> "PostprocessOptions":
-        return cls(tokenizer_dir=tokenizer_dir, skip_special_tokens=spec.tokenizer.skip_special_tokens,
-                   cancellation_check_period_ms=cancellation_check_period_ms(spec))
+    def from_spec(cls, spec, tokenizer_dir: str) -> PostprocessOptions:
+        return cls(
+            tokenizer_dir=tokenizer_dir,
+            skip_special_tokens=spec.tokenizer.skip_special_tokens,
+            cancellation_check_period_ms=cancellation_check_period_ms(spec),
+        )
 
 
 @dataclass(frozen=True)
@@ -101,16 +118,25 @@ class EngineOptions(ModelParams):
     cancellation_check_period_ms: int
 
     @classmethod
-    def from_spec(cls, spec, checkpoint_dir: str) -> "EngineOptions":
+    def from_spec(cls, spec, checkpoint_dir: str) -> EngineOptions:
         e, t = spec.engine, spec.engine.torch
-        return cls(checkpoint_dir=checkpoint_dir, device=t.device, dtype=t.dtype, threads=t.threads,
-                   cuda_graphs=t.cuda_graphs, stream_interval_ms=t.stream_interval_ms,
-                   prefill_token_budget=t.prefill_token_budget, max_batch_size=e.max_batch_size,
-                   max_input_len=e.max_input_len, max_output_len=e.max_output_len,
-                   exclude_input_in_output=spec.serving.exclude_input_in_output,
-                   skip_special_tokens=spec.tokenizer.skip_special_tokens,
-                   max_queue_size=e.queue.max_queue_size, request_timeout_s=spec.serving.request_timeout_s,
-                   cancellation_check_period_ms=e.tensorrtllm.cancellation_check_period_ms)
+        return cls(
+            checkpoint_dir=checkpoint_dir,
+            device=t.device,
+            dtype=t.dtype,
+            threads=t.threads,
+            cuda_graphs=t.cuda_graphs,
+            stream_interval_ms=t.stream_interval_ms,
+            prefill_token_budget=t.prefill_token_budget,
+            max_batch_size=e.max_batch_size,
+            max_input_len=e.max_input_len,
+            max_output_len=e.max_output_len,
+            exclude_input_in_output=spec.serving.exclude_input_in_output,
+            skip_special_tokens=spec.tokenizer.skip_special_tokens,
+            max_queue_size=e.queue.max_queue_size,
+            request_timeout_s=spec.serving.request_timeout_s,
+            cancellation_check_period_ms=e.tensorrtllm.cancellation_check_period_ms,
+        )
 
 
 @dataclass(frozen=True)
@@ -126,9 +152,13 @@ class RelayOptions(ModelParams):
     cancellation_check_period_ms: int
 
     @classmethod
-    def from_spec(cls, spec, tokenizer_dir: str) -> "RelayOptions":
-        return cls(target_model=BACKEND, tokenizer_dir=tokenizer_dir,
-                   skip_special_tokens=spec.tokenizer.skip_special_tokens, max_input_len=spec.engine.max_input_len,
-                   max_output_len=spec.engine.max_output_len,
-                   exclude_input_in_output=spec.serving.exclude_input_in_output,
-                   cancellation_check_period_ms=cancellation_check_period_ms(spec))
+    def from_spec(cls, spec, tokenizer_dir: str) -> RelayOptions:
+        return cls(
+            target_model=BACKEND,
+            tokenizer_dir=tokenizer_dir,
+            skip_special_tokens=spec.tokenizer.skip_special_tokens,
+            max_input_len=spec.engine.max_input_len,
+            max_output_len=spec.engine.max_output_len,
+            exclude_input_in_output=spec.serving.exclude_input_in_output,
+            cancellation_check_period_ms=cancellation_check_period_ms(spec),
+        )

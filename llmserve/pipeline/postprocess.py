@@ -25,7 +25,7 @@ def _log_probs(read: Reader, beams: int, lengths: np.ndarray) -> tuple[np.ndarra
     return cum.astype(np.float32), per_token.astype(np.float32)
 
 
-def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list["dict[str, np.ndarray] | Exception"]:
+def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list[dict[str, np.ndarray] | Exception]:
     """One result per request: its output tensors, or the exception a malformed request raised."""
     results: list = [None] * len(reads)
     items, owners = [], []  # owners: (request index, beams, log probs)
@@ -35,11 +35,15 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list["dict[str
         try:
             ids, lengths = read("output_ids"), read("sequence_length")  # [1, beam, n], [1, beam]
             if ids is None or lengths is None:
-                raise RequestError("output_ids", "output_ids and sequence_length (or upstream's TOKENS_BATCH and "
-                                                 "SEQUENCE_LENGTH) are required")
+                raise RequestError(
+                    "output_ids",
+                    "output_ids and sequence_length (or upstream's TOKENS_BATCH and SEQUENCE_LENGTH) are required",
+                )
             context = read("output_context_ids")  # [1, beam, <= CONTEXT_TOKENS] or absent
-            beams = [(ids[0, b, : lengths[0, b]].tolist(), context[0, b].tolist() if context is not None else [])
-                     for b in range(ids.shape[1])]
+            beams = [
+                (ids[0, b, : lengths[0, b]].tolist(), context[0, b].tolist() if context is not None else [])
+                for b in range(ids.shape[1])
+            ]
             log_probs = _log_probs(read, len(beams), lengths)
         except Exception as e:  # a malformed tensor from a direct caller: an error, not a crash
             results[i] = e
@@ -53,8 +57,11 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list["dict[str
             continue
         # One string per beam and no batch dimension, as upstream's postprocessing answers (its
         # clients read text_output[0] as the text: [1, 1] broke NVIDIA's end_to_end_grpc_client.py).
-        results[i] = {"text_output": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_),
-                      "cum_log_probs": cum, "output_log_probs": per_token}
+        results[i] = {
+            "text_output": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_),
+            "cum_log_probs": cum,
+            "output_log_probs": per_token,
+        }
     return results
 
 

@@ -52,9 +52,12 @@ class Preprocessor:
             raise RequestError("text_input", f"expects one prompt per request, got shape {list(raw.shape)}")
         prompt = text("text_input", raw.reshape(-1)[0])
         size = len(prompt.encode("utf-8", "surrogatepass"))
-        check("text_input", size <= self.max_prompt_bytes,
-              f"is {size} bytes, longer than any prompt of at most {self.opts.max_input_len} tokens "
-              f"({self.max_prompt_bytes} bytes)")
+        check(
+            "text_input",
+            size <= self.max_prompt_bytes,
+            f"is {size} bytes, longer than any prompt of at most {self.opts.max_input_len} tokens "
+            f"({self.max_prompt_bytes} bytes)",
+        )
         check("text_input", prompt.strip() != "", "must not be empty")
         max_tokens = one(read, "max_tokens", int, required=True)
         limit = self.opts.max_output_len
@@ -65,9 +68,14 @@ class Preprocessor:
         for name, v in (("end_id", end_id), ("pad_id", pad_id)):
             check(name, 0 <= v < vocab, f"must lie in [0, {vocab}), got {v}")
         return ValidRequest(
-            prompt=prompt, chat=one(read, "apply_chat_template", bool, self.opts.apply_chat_template),
-            max_tokens=max_tokens, streaming=one(read, "stream", bool, False), end_id=end_id, pad_id=pad_id,
-            stop_words=words(read, "stop_words"), bad_words=words(read, "bad_words"),
+            prompt=prompt,
+            chat=one(read, "apply_chat_template", bool, self.opts.apply_chat_template),
+            max_tokens=max_tokens,
+            streaming=one(read, "stream", bool, False),
+            end_id=end_id,
+            pad_id=pad_id,
+            stop_words=words(read, "stop_words"),
+            bad_words=words(read, "bad_words"),
         )
 
     def _render(self, r: ValidRequest) -> str:
@@ -76,8 +84,9 @@ class Preprocessor:
         if not self.tok.chat_template:
             raise RequestError("apply_chat_template", "this model has no chat template")
         # The template is the checkpoint's own; requests can only switch it on or off.
-        return self.tok.apply_chat_template([{"role": "user", "content": r.prompt}], tokenize=False,
-                                            add_generation_prompt=True)
+        return self.tok.apply_chat_template(
+            [{"role": "user", "content": r.prompt}], tokenize=False, add_generation_prompt=True
+        )
 
     def _word_ids(self, ws: list[str]) -> list[list[int]]:
         # A word that encodes to no tokens (some control characters do) can never match; an empty
@@ -85,8 +94,12 @@ class Preprocessor:
         ids = [self.tok.encode(w, add_special_tokens=False) for w in ws] if ws else []
         return [w for w in ids if w]
 
-    def process(self, reads: list[Reader], parameters: "list[str | dict | None] | None" = None,
-                request_ids: "list[str] | None" = None) -> list[dict[str, np.ndarray] | RequestError]:
+    def process(
+        self,
+        reads: list[Reader],
+        parameters: list[str | dict | None] | None = None,
+        request_ids: list[str] | None = None,
+    ) -> list[dict[str, np.ndarray] | RequestError]:
         """One result per request: output tensors (with a leading batch dim of 1) or the error.
         `parameters`: each request's request parameters (a JSON object), all refused (see
         request/parameters.py: HTTP generate turns unknown JSON keys into them). `request_ids`: the
@@ -117,7 +130,9 @@ class Preprocessor:
         for i, r, _ in valid:
             ids = encoded[i]
             if len(ids) > self.opts.max_input_len:
-                results[i] = RequestError("text_input", f"prompt is {len(ids)} tokens, the limit is {self.opts.max_input_len}")
+                results[i] = RequestError(
+                    "text_input", f"prompt is {len(ids)} tokens, the limit is {self.opts.max_input_len}"
+                )
                 continue
             results[i] = {
                 "input_ids": np.array([ids], dtype=np.int32),
@@ -144,7 +159,11 @@ def _upstream_reader(read: Reader) -> Reader:
 def _upstream_outputs(outputs: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
     """Our outputs under upstream's names, plus what upstream's preprocessing answers for a decoder-only
     model: DECODER_INPUT_ID one pad token, REQUEST_DECODER_INPUT_LEN 1."""
-    out = {UPSTREAM_PREPROCESSING_OUTPUT_NAMES[k]: v for k, v in outputs.items() if k in UPSTREAM_PREPROCESSING_OUTPUT_NAMES}
+    out = {
+        UPSTREAM_PREPROCESSING_OUTPUT_NAMES[k]: v
+        for k, v in outputs.items()
+        if k in UPSTREAM_PREPROCESSING_OUTPUT_NAMES
+    }
     out["DECODER_INPUT_ID"] = np.array([[pad_id]], dtype=np.int32)
     out["REQUEST_DECODER_INPUT_LEN"] = np.array([[1]], dtype=np.int32)
     return out

@@ -90,8 +90,12 @@ class RelayStream:
         return self._release(len(self.generated), final=True)
 
     def _release(self, upto: int, final: bool) -> dict[str, np.ndarray] | None:
-        chunk = self.out.chunk(self.generated[self.released:upto], self.logprobs[self.released:upto], final,
-                               with_logprobs=self.has_logprobs)
+        chunk = self.out.chunk(
+            self.generated[self.released : upto],
+            self.logprobs[self.released : upto],
+            final,
+            with_logprobs=self.has_logprobs,
+        )
         self.released = upto
         return chunk
 
@@ -153,10 +157,14 @@ class Relay:
             outer = request_key(read, outer)  # the id a `stop` names: the ensemble's key, else the request id
             echo = {REQUEST_KEY: key_tensor(outer)} if read(REQUEST_KEY) is not None else {}
             req = parse_engine_request(
-                read, vocab_size=self.tok.get_vocab_size(), default_end_ids=(),
-                max_input_len=self.opts.max_input_len, max_output_len=self.opts.max_output_len,
+                read,
+                vocab_size=self.tok.get_vocab_size(),
+                default_end_ids=(),
+                max_input_len=self.opts.max_input_len,
+                max_output_len=self.opts.max_output_len,
                 exclude_default=self.opts.exclude_input_in_output,
-                decode_word=lambda ids: self.tok.decode(ids, skip_special_tokens=False))
+                decode_word=lambda ids: self.tok.decode(ids, skip_special_tokens=False),
+            )
         except RequestError as e:
             return sender.send(error_response(pb, e), flags=final)
         if not self.decoupled:
@@ -168,8 +176,9 @@ class Relay:
             except Exception as e:  # the BLS call or a send failed: never leave the client waiting
                 log.exception("relay request %s failed", inner_id)
                 with contextlib.suppress(Exception):  # (fails if the final response went out already)
-                    sender.send(pb.InferenceResponse(error=triton_error(pb, f"relay: {e}", ErrorKind.INTERNAL)),
-                                flags=final)
+                    sender.send(
+                        pb.InferenceResponse(error=triton_error(pb, f"relay: {e}", ErrorKind.INTERNAL)), flags=final
+                    )
 
     def _relay(self, request, req: EngineRequest, inner_id: str, sender, echo: dict) -> None:
         """echo: tensors sent back with every chunk (the request_key, for postprocessing's stop)."""
@@ -184,8 +193,9 @@ class Relay:
         # of tensorrt_llm); through the ensemble, postprocessing's stop arrives instead.
         polls = PollThrottle.from_ms(self.opts.cancellation_check_period_ms, clock=self.clock)
         polls.start()
-        responses = pb.InferenceRequest(model_name=self.target, inputs=inputs, requested_output_names=BACKEND_OUTPUTS,
-                                        request_id=inner_id).exec(decoupled=True)
+        responses = pb.InferenceRequest(
+            model_name=self.target, inputs=inputs, requested_output_names=BACKEND_OUTPUTS, request_id=inner_id
+        ).exec(decoupled=True)
         for response in responses:
             if response.has_error():
                 return sender.send(self._error(response.error().message()), flags=final)
@@ -203,8 +213,13 @@ class Relay:
                 break  # the rest of the stream (if any) is dropped with the iterator
         chunk = stream.finish()
         # The relay's line per request (Triton's verbose level, as the torch engine's): the backend's id.
-        log.debug("finished: %d prompt + %d generated tokens%s, backend request %s", len(req.prompt),
-                  len(stream.generated), " (stop word)" if stream.stopped else "", inner_id)
+        log.debug(
+            "finished: %d prompt + %d generated tokens%s, backend request %s",
+            len(req.prompt),
+            len(stream.generated),
+            " (stop word)" if stream.stopped else "",
+            inner_id,
+        )
         if chunk is None:
             return sender.send(flags=final)
         sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)), flags=final)

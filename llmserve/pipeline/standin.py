@@ -22,8 +22,8 @@ engine's, not TensorRT-LLM's. Triton-free: the model.py adapter passes tensors i
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -50,6 +50,7 @@ def assertion(expr: str) -> BackendError:
 
 # --- load --------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class BackendParams:
     exclude_input_in_output: bool
@@ -62,18 +63,23 @@ def read_parameters(params: dict[str, str]) -> BackendParams:
     """The C++ backend's parameter reads that decide whether it loads, and what the stand-in uses."""
     for name, p in U.PARAMETERS.items():
         if p.required and name not in params:
-            raise BackendError(f"unexpected error when creating modelInstanceState: "
-                               f"Cannot find parameter with name: {name}")
+            raise BackendError(
+                f"unexpected error when creating modelInstanceState: Cannot find parameter with name: {name}"
+            )
     if "worker_path" in params:
-        raise BackendError("worker_path parameter is specified, but this is no longer supported. Please specify "
-                           "executor_worker_path instead to specify the location of the trtllmExecutorWorker "
-                           "executable.")
+        raise BackendError(
+            "worker_path parameter is specified, but this is no longer supported. Please specify "
+            "executor_worker_path instead to specify the location of the trtllmExecutorWorker "
+            "executable."
+        )
     if params["gpt_model_type"] not in U.PARAMETERS["gpt_model_type"].accepted:
         raise BackendError("Invalid gpt_model_type. Must be v1/inflight_batching/inflight_fused_batching.")
     backend, info = params["guided_decoding_backend"], params["xgrammar_tokenizer_info_path"]
     if backend and info and backend != "xgrammar":
-        raise BackendError("Guided decoding is currently supported with 'xgrammar' backend. Invalid "
-                           "guided_decoding_backend parameter provided.")
+        raise BackendError(
+            "Guided decoding is currently supported with 'xgrammar' backend. Invalid "
+            "guided_decoding_backend parameter provided."
+        )
 
     def optional_bool(name: str) -> bool:
         try:
@@ -86,9 +92,11 @@ def read_parameters(params: dict[str, str]) -> BackendParams:
     except ValueError:
         beam = 1
     return BackendParams(
-        exclude_input_in_output=optional_bool("exclude_input_in_output"), max_beam_width=beam,
+        exclude_input_in_output=optional_bool("exclude_input_in_output"),
+        max_beam_width=beam,
         gpt_model_path=params["gpt_model_path"],
-        standin={k[len(STANDIN_PREFIX):]: v for k, v in params.items() if k.startswith(STANDIN_PREFIX)})
+        standin={k[len(STANDIN_PREFIX) :]: v for k, v in params.items() if k.startswith(STANDIN_PREFIX)},
+    )
 
 
 # --- requests ----------------------------------------------------------------------------------------
@@ -126,8 +134,17 @@ def _word_list(read: Reader, name: str) -> list[list[int]]:
         raise BackendError(f"Sparse list is malformed: {e}") from None
 
 
-def parse_request(read: Reader, *, decoupled: bool, exclude_default: bool, max_input_len: int, max_seq_len: int,
-                  vocab_size: int, max_beam_width: int, default_end_ids: tuple[int, ...]) -> BackendRequest:
+def parse_request(
+    read: Reader,
+    *,
+    decoupled: bool,
+    exclude_default: bool,
+    max_input_len: int,
+    max_seq_len: int,
+    vocab_size: int,
+    max_beam_width: int,
+    default_end_ids: tuple[int, ...],
+) -> BackendRequest:
     """utils.cc createRequestsFromInputTensors + the executor's checks (samplingConfig.cpp,
     LlmRequest::validate), in their order and with their messages."""
     streaming = bool(_scalar(read, "streaming") or False)
@@ -150,7 +167,9 @@ def parse_request(read: Reader, *, decoupled: bool, exclude_default: bool, max_i
     beam = _scalar(read, "beam_width")
     beam = 1 if beam is None else int(beam)
     if not 0 < beam <= 1024:
-        raise assertion("beamWidth > 0 && beamWidth <= static_cast<SizeType32 const>(tensorrt_llm::kernels::kMaxBeamWidth)")
+        raise assertion(
+            "beamWidth > 0 && beamWidth <= static_cast<SizeType32 const>(tensorrt_llm::kernels::kMaxBeamWidth)"
+        )
     if beam > 1:  # ours: the stand-in has no beam search (the spec's max_beam_width is 1)
         raise BackendError(f"the stand-in serves beam width 1 only, got {beam} (max_beam_width {max_beam_width})")
     top_k = _scalar(read, "runtime_top_k")
@@ -173,29 +192,40 @@ def parse_request(read: Reader, *, decoupled: bool, exclude_default: bool, max_i
     if end_id is not None and not -1 <= int(end_id) < vocab_size:
         raise BackendError(f"EndId ({int(end_id)}) is not within acceptable range [-1, {vocab_size}).")
     if len(prompt) > max_input_len:
-        raise BackendError(f"Prompt length ({len(prompt)}) exceeds maximum input length ({max_input_len}). Set log "
-                           "level to info and check TRTGptModel logs for how maximum input length is set")
+        raise BackendError(
+            f"Prompt length ({len(prompt)}) exceeds maximum input length ({max_input_len}). Set log "
+            "level to info and check TRTGptModel logs for how maximum input length is set"
+        )
     max_new = min(int(max_new), max_seq_len - len(prompt))  # the executor clamps, with a warning
     seed = _scalar(read, "seed")
     # The sampling layers' rule (unset = 0): top_k == 0 and top_p == 0 is greedy, top_k alone is top-k.
     top_k, top_p = trtllm_top_k_top_p(int(top_k or 0), top_p or 0.0)
     params = SamplingParams(
-        top_k=top_k, top_p=top_p,
+        top_k=top_k,
+        top_p=top_p,
         max_new_tokens=max_new,
         end_ids=(int(end_id),) if end_id is not None and int(end_id) >= 0 else default_end_ids,
         temperature=float(temperature) if temperature is not None else 0.0,
         repetition_penalty=float(rep) if rep is not None else 1.0,
         presence_penalty=float(_scalar(read, "presence_penalty") or 0.0),
         frequency_penalty=float(_scalar(read, "frequency_penalty") or 0.0),
-        min_tokens=int(min_tokens or 0), seed=int(seed) if seed is not None else None,
-        bad_words=_word_list(read, "bad_words_list"))
-    return BackendRequest(prompt=prompt, max_new_tokens=max_new, streaming=streaming, exclude_input_in_output=exclude,
-                          return_log_probs=bool(_scalar(read, "return_log_probs") or False), params=params,
-                          stop_words=_word_list(read, "stop_words_list"))
+        min_tokens=int(min_tokens or 0),
+        seed=int(seed) if seed is not None else None,
+        bad_words=_word_list(read, "bad_words_list"),
+    )
+    return BackendRequest(
+        prompt=prompt,
+        max_new_tokens=max_new,
+        streaming=streaming,
+        exclude_input_in_output=exclude,
+        return_log_probs=bool(_scalar(read, "return_log_probs") or False),
+        params=params,
+        stop_words=_word_list(read, "stop_words_list"),
+    )
 
 
 def ends_with_stop_word(generated: list[int], stop_words: list[list[int]]) -> bool:
-    return any(len(generated) >= len(w) and generated[-len(w):] == w for w in stop_words)
+    return any(len(generated) >= len(w) and generated[-len(w) :] == w for w in stop_words)
 
 
 class StandinStream:
@@ -216,16 +246,21 @@ class StandinStream:
     def cancel(self) -> None:
         self.stopped = True
 
-    def on_output(self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool,
-                  reason: FinishReason | None) -> None:
+    def on_output(
+        self, seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason: FinishReason | None
+    ) -> None:
         with self.lock:
             if self.done:
                 return
             if reason is FinishReason.CANCELLED and not self.stopped:
                 return self._finish(None, FinishReason.CANCELLED, "Request was cancelled")
             if reason in (FinishReason.ERROR, FinishReason.TIMEOUT):  # the backend answers INTERNAL
-                return self._finish(None, FinishReason.ERROR, f"Executor failed process requestId {seq.id} due to "
-                                                              f"the following error: {seq.error or reason.value}")
+                return self._finish(
+                    None,
+                    FinishReason.ERROR,
+                    f"Executor failed process requestId {seq.id} due to "
+                    f"the following error: {seq.error or reason.value}",
+                )
             want = self.req.return_log_probs
             for i, (tok, lp) in enumerate(zip(tokens, logprobs)):
                 self.tokens.append(tok)
@@ -272,10 +307,15 @@ class Standin:
     def parse(self, read: Reader) -> BackendRequest:
         opts, model = self.service.opts, self.service.model.cfg
         return parse_request(
-            read, decoupled=self.decoupled, exclude_default=self.backend.exclude_input_in_output,
-            max_input_len=opts.max_input_len, max_seq_len=opts.max_input_len + opts.max_output_len,
-            vocab_size=model.vocab_size, max_beam_width=self.backend.max_beam_width,
-            default_end_ids=tuple(model.eos_token_ids))
+            read,
+            decoupled=self.decoupled,
+            exclude_default=self.backend.exclude_input_in_output,
+            max_input_len=opts.max_input_len,
+            max_seq_len=opts.max_input_len + opts.max_output_len,
+            vocab_size=model.vocab_size,
+            max_beam_width=self.backend.max_beam_width,
+            default_end_ids=tuple(model.eos_token_ids),
+        )
 
     def stop(self, triton_id: str) -> None:
         """`stop` = true: cancel every request with this id; an unknown id is not an error (it may
@@ -288,8 +328,15 @@ class Standin:
         try:
             # Always streamed inside: stop words are matched token by token, as the executor does. The
             # engine throttles is_cancelled() itself (one poll of every request per period).
-            self.engine.submit(Sequence(prompt=req.prompt, params=req.params, on_output=stream.on_output,
-                                        streaming=True, is_cancelled=lambda: stream.stopped or is_cancelled()))
+            self.engine.submit(
+                Sequence(
+                    prompt=req.prompt,
+                    params=req.params,
+                    on_output=stream.on_output,
+                    streaming=True,
+                    is_cancelled=lambda: stream.stopped or is_cancelled(),
+                )
+            )
         except Exception:  # refused (a full queue): it never runs, so it must not stay registered
             self.active.remove(triton_id, stream.cancel)
             raise

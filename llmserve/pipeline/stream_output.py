@@ -9,20 +9,26 @@ the running cumulative log prob."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..contract import CONTEXT_TOKENS
 
 
-def token_outputs(ids: Sequence[int], logprobs: Sequence[float] | None = None, cum: float | None = None,
-                  context: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+def token_outputs(
+    ids: Sequence[int],
+    logprobs: Sequence[float] | None = None,
+    cum: float | None = None,
+    context: Sequence[int] | None = None,
+) -> dict[str, np.ndarray]:
     """output_ids [1, 1, n] and sequence_length [1, 1] always; cum_log_probs [1, 1] and output_log_probs
     [1, 1, n] with `logprobs`; output_context_ids [1, 1, k] with `context` (llmserve's token-level
     contract; the C++ backend sends none)."""
-    out = {"output_ids": np.array(ids, dtype=np.int32).reshape(1, 1, len(ids)),
-           "sequence_length": np.array([[len(ids)]], dtype=np.int32)}
+    out = {
+        "output_ids": np.array(ids, dtype=np.int32).reshape(1, 1, len(ids)),
+        "sequence_length": np.array([[len(ids)]], dtype=np.int32),
+    }
     if logprobs is not None:
         out["cum_log_probs"] = np.array([[cum if cum is not None else sum(logprobs)]], dtype=np.float32)
         out["output_log_probs"] = np.array(logprobs, dtype=np.float32).reshape(1, 1, len(logprobs))
@@ -46,8 +52,9 @@ class TokenStream:
         self.cum = 0.0  # cumulative log prob of the generated tokens handed on
         self.chunks = 0
 
-    def chunk(self, tokens: Sequence[int], logprobs: Sequence[float], final: bool,
-              with_logprobs: bool = True) -> dict[str, np.ndarray] | None:
+    def chunk(
+        self, tokens: Sequence[int], logprobs: Sequence[float], final: bool, with_logprobs: bool = True
+    ) -> dict[str, np.ndarray] | None:
         """`logprobs`: one per token (0.0 where unknown); `with_logprobs`: whether the log-prob tensors
         are part of the response (the relay sends them only when the backend did)."""
         prefix = self.prompt if (not self.sent and not self.exclude_input_in_output) else []

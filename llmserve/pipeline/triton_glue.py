@@ -32,7 +32,7 @@ def reader(pb, request):
     return read
 
 
-def tensors(pb, outputs: dict[str, np.ndarray], wanted: "set[str] | None" = None) -> list:
+def tensors(pb, outputs: dict[str, np.ndarray], wanted: set[str] | None = None) -> list:
     """Output tensors; with `wanted` (the request's requested_output_names()), only those.
 
     A decoupled model must never hand `response_sender.send()` a tensor the client did not ask
@@ -47,8 +47,9 @@ def tensors(pb, outputs: dict[str, np.ndarray], wanted: "set[str] | None" = None
 
 def failure_code(pb, failure: FinishReason):
     """How a request the engine could not finish is answered."""
-    return {FinishReason.CANCELLED: pb.TritonError.CANCELLED,
-            FinishReason.TIMEOUT: pb.TritonError.UNAVAILABLE}.get(failure, pb.TritonError.INTERNAL)
+    return {FinishReason.CANCELLED: pb.TritonError.CANCELLED, FinishReason.TIMEOUT: pb.TritonError.UNAVAILABLE}.get(
+        failure, pb.TritonError.INTERNAL
+    )
 
 
 class SendQueue:
@@ -60,16 +61,18 @@ class SendQueue:
     def __init__(self, threads: int = 2):
         self._queues = [queue.SimpleQueue() for _ in range(threads)]
         self._next = itertools.count()
-        self._threads = [threading.Thread(target=self._run, args=(q,), name=f"llmserve-send-{i}", daemon=True)
-                         for i, q in enumerate(self._queues)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(q,), name=f"llmserve-send-{i}", daemon=True)
+            for i, q in enumerate(self._queues)
+        ]
         for t in self._threads:
             t.start()
 
-    def lane(self) -> "queue.SimpleQueue":
+    def lane(self) -> queue.SimpleQueue:
         return self._queues[next(self._next) % len(self._queues)]
 
     @staticmethod
-    def _run(q: "queue.SimpleQueue") -> None:
+    def _run(q: queue.SimpleQueue) -> None:
         while (job := q.get()) is not None:
             job()
 
@@ -113,8 +116,13 @@ class StreamSender:
                 self._send(outputs, final, failure, message)
         except Exception as e:  # the engine cancels the request at its next poll; the log says why
             self._failed = True
-            _throttle.exception(log, e, "sending a response failed; the request is cancelled",
-                                level=logging.WARNING, request_id=self.request_id)
+            _throttle.exception(
+                log,
+                e,
+                "sending a response failed; the request is cancelled",
+                level=logging.WARNING,
+                request_id=self.request_id,
+            )
         finally:
             self._sent += 1
 
@@ -122,7 +130,9 @@ class StreamSender:
         pb = self.pb
         flags = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if failure is not None:
-            self.sender.send(pb.InferenceResponse(error=pb.TritonError(message, failure_code(pb, failure))), flags=flags)
+            self.sender.send(
+                pb.InferenceResponse(error=pb.TritonError(message, failure_code(pb, failure))), flags=flags
+            )
         elif outputs is None:
             self.sender.send(flags=flags)
         else:

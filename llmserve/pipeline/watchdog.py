@@ -93,8 +93,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the server's business
     configure("info")  # its own process: stderr, which tritonserver's log gets (the stub's is inherited)
-    why = watch(sys.stdin.fileno(), server_pid=args.server_pid, name=args.name, grace_s=args.grace_s,
-                silence_s=args.silence_s)
+    why = watch(
+        sys.stdin.fileno(), server_pid=args.server_pid, name=args.name, grace_s=args.grace_s, silence_s=args.silence_s
+    )
     if why:
         log.error("%s: %s: taking tritonserver %d down so it is restarted", args.name, why, args.server_pid)
         take_down(args.server_pid, args.grace_s if why == REPORTED else 0.0, args.name)

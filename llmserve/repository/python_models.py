@@ -18,8 +18,9 @@ from ..trtllm.upstream import STANDIN_PREFIX
 MODEL_SOURCES = Path(__file__).resolve().parents[1] / "triton_models"
 
 
-def _python_model(name: str, spec: Spec, inputs, outputs, *, instances: int, batching, decoupled: bool,
-                  parameters: dict) -> mc.ModelConfig:
+def _python_model(
+    name: str, spec: Spec, inputs, outputs, *, instances: int, batching, decoupled: bool, parameters: dict
+) -> mc.ModelConfig:
     cfg = mc.ModelConfig(
         name=name,
         backend="python",
@@ -41,9 +42,13 @@ def preprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     opts = PreprocessOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     return _python_model(
         # Upstream's tensor names too, for callers of this model itself; the ensemble wires only ours.
-        C.PREPROCESSING, spec, C.PREPROCESSING_INPUTS + C.PREPROCESSING_UPSTREAM_INPUTS,
+        C.PREPROCESSING,
+        spec,
+        C.PREPROCESSING_INPUTS + C.PREPROCESSING_UPSTREAM_INPUTS,
         C.PREPROCESSING_OUTPUTS + C.PREPROCESSING_UPSTREAM_OUTPUTS,
-        instances=spec.preprocessing.instances, batching=spec.preprocessing.dynamic_batching, decoupled=False,
+        instances=spec.preprocessing.instances,
+        batching=spec.preprocessing.dynamic_batching,
+        decoupled=False,
         parameters=params(**opts.to_params()),
     )
 
@@ -57,9 +62,13 @@ def postprocessing(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     opts = PostprocessOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     pp = spec.postprocessing
     return _python_model(
-        C.POSTPROCESSING, spec, C.POSTPROCESSING_INPUTS + C.POSTPROCESSING_UPSTREAM_INPUTS,
+        C.POSTPROCESSING,
+        spec,
+        C.POSTPROCESSING_INPUTS + C.POSTPROCESSING_UPSTREAM_INPUTS,
         C.POSTPROCESSING_OUTPUTS + C.POSTPROCESSING_UPSTREAM_OUTPUTS,
-        instances=pp.instances, batching=pp.dynamic_batching if pp.instances > 1 else None, decoupled=False,
+        instances=pp.instances,
+        batching=pp.dynamic_batching if pp.instances > 1 else None,
+        decoupled=False,
         parameters=params(**opts.to_params()),
     )
 
@@ -68,8 +77,13 @@ def torch_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     opts = EngineOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     e = spec.engine
     return _python_model(
-        C.ENGINE, spec, C.ENGINE_INPUTS, C.ENGINE_OUTPUTS,
-        instances=e.instances, batching=e.queue, decoupled=spec.serving.streaming,
+        C.ENGINE,
+        spec,
+        C.ENGINE_INPUTS,
+        C.ENGINE_OUTPUTS,
+        instances=e.instances,
+        batching=e.queue,
+        decoupled=spec.serving.streaming,
         parameters=params(engine="torch", **opts.to_params()),
     )
 
@@ -81,8 +95,16 @@ def relay(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     opts = RelayOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     # No reshape: the relay forwards tensors as it receives them, with the batch dimension.
     inputs = [dataclasses.replace(t, reshape_scalar=False) for t in C.RELAY_INPUTS]
-    return _python_model(C.ENGINE, spec, inputs, C.ENGINE_OUTPUTS, instances=1, batching=None,
-                         decoupled=spec.serving.streaming, parameters=params(**opts.to_params()))
+    return _python_model(
+        C.ENGINE,
+        spec,
+        inputs,
+        C.ENGINE_OUTPUTS,
+        instances=1,
+        batching=None,
+        decoupled=spec.serving.streaming,
+        parameters=params(**opts.to_params()),
+    )
 
 
 def standin(backend_cfg: mc.ModelConfig, spec: Spec, repo_dir: Path) -> mc.ModelConfig:
@@ -113,24 +135,30 @@ def ensemble(spec: Spec) -> mc.ModelConfig:
 
     steps = [
         mc.ModelEnsembling.Step(
-            model_name=C.PREPROCESSING, model_version=-1,
+            model_name=C.PREPROCESSING,
+            model_version=-1,
             input_map={t.name: t.name for t in C.PREPROCESSING_INPUTS},
             output_map={t.name: t.name for t in C.PREPROCESSING_OUTPUTS},
         ),
         mc.ModelEnsembling.Step(
-            model_name=C.ENGINE, model_version=-1,
+            model_name=C.ENGINE,
+            model_version=-1,
             input_map={n: engine_source(n) for n in sorted(engine_inputs) if engine_source(n)},
             output_map={t.name: inside.get(t.name, t.name) for t in C.ENGINE_OUTPUTS},
         ),
         mc.ModelEnsembling.Step(
-            model_name=C.POSTPROCESSING, model_version=-1,
+            model_name=C.POSTPROCESSING,
+            model_version=-1,
             input_map={t.name: inside.get(t.name, t.name) for t in C.POSTPROCESSING_INPUTS},
             output_map={t.name: t.name for t in C.POSTPROCESSING_OUTPUTS},
         ),
     ]
     cfg = mc.ModelConfig(
-        name=C.ENSEMBLE, platform="ensemble", max_batch_size=spec.engine.max_batch_size,
-        input=io(C.ENSEMBLE_INPUTS, mc.ModelInput), output=io(C.ENSEMBLE_OUTPUTS, mc.ModelOutput),
+        name=C.ENSEMBLE,
+        platform="ensemble",
+        max_batch_size=spec.engine.max_batch_size,
+        input=io(C.ENSEMBLE_INPUTS, mc.ModelInput),
+        output=io(C.ENSEMBLE_OUTPUTS, mc.ModelOutput),
     )
     cfg.ensemble_scheduling.step.extend(steps)
     return cfg
@@ -142,8 +170,13 @@ def unary_twin(spec: Spec, target: str, inputs, outputs) -> mc.ModelConfig:
     # No reshape: the twin forwards tensors as it receives them, with the batch dimension.
     inputs = [dataclasses.replace(t, reshape_scalar=False) for t in inputs]
     return _python_model(
-        target + C.UNARY_SUFFIX, spec, inputs, outputs,
+        target + C.UNARY_SUFFIX,
+        spec,
+        inputs,
+        outputs,
         # The engine's queue bound: requests beyond it are refused at once ("server busy").
-        instances=2, batching=spec.engine.queue, decoupled=False,  # 2: one batch waits on the next
+        instances=2,
+        batching=spec.engine.queue,
+        decoupled=False,  # 2: one batch waits on the next
         parameters=params(target_model=target),
     )

@@ -5,7 +5,7 @@ The adapters pass a `read(name) -> numpy array | None` function, so this module 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

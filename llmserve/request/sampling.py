@@ -36,5 +36,13 @@ def read_sampling(read: Reader, names: dict[str, str], max_tokens: int, max_beam
     beam = one(read, "beam_width", int, 1)
     check("beam_width", 1 <= beam <= max_beam_width, f"must be in [1, {max_beam_width}] for this engine, got {beam}")
     seed = one(read, "seed", int, None)
-    return dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=rep,
-                presence_penalty=presence, frequency_penalty=frequency, min_tokens=min_tokens, seed=seed)
+    return dict(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        repetition_penalty=rep,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        min_tokens=min_tokens,
+        seed=seed,
+    )

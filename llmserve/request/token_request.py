@@ -40,8 +40,16 @@ def _word_list(read: Reader, name: str) -> list[list[int]]:
         raise RequestError(name, str(e)) from None
 
 
-def parse_engine_request(read: Reader, *, vocab_size: int, default_end_ids: tuple[int, ...], max_input_len: int,
-                         max_output_len: int, exclude_default: bool, decode_word) -> EngineRequest:
+def parse_engine_request(
+    read: Reader,
+    *,
+    vocab_size: int,
+    default_end_ids: tuple[int, ...],
+    max_input_len: int,
+    max_output_len: int,
+    exclude_default: bool,
+    decode_word,
+) -> EngineRequest:
     ids = read("input_ids")
     if ids is None:
         raise RequestError("input_ids", "is required")
@@ -49,17 +57,24 @@ def parse_engine_request(read: Reader, *, vocab_size: int, default_end_ids: tupl
         raise RequestError("input_ids", f"batch size {ids.shape[0]}: send one sequence per request")
     ids = ids.reshape(-1)
     length = one(read, "input_lengths", int, len(ids))
-    check("input_lengths", 1 <= length <= len(ids), f"must be in [1, {len(ids)}] (the number of input_ids), got {length}")
+    check(
+        "input_lengths", 1 <= length <= len(ids), f"must be in [1, {len(ids)}] (the number of input_ids), got {length}"
+    )
     check("input_lengths", length <= max_input_len, f"prompt has {length} tokens, the limit is {max_input_len}")
     prompt = ids[:length].astype(np.int64)
     check("input_ids", bool(((prompt >= 0) & (prompt < vocab_size)).all()), f"token ids must lie in [0, {vocab_size})")
     decoder = read("decoder_input_ids")
     # Upstream's preprocessing answers one pad token for a decoder-only model (its end_to_end_test.py
     # sends it back): that means no decoder input. Anything longer is an encoder-decoder request.
-    check("decoder_input_ids", decoder is None or decoder.size <= 1,
-          "encoder-decoder models are not served (send at most the one pad token upstream's preprocessing gives)")
+    check(
+        "decoder_input_ids",
+        decoder is None or decoder.size <= 1,
+        "encoder-decoder models are not served (send at most the one pad token upstream's preprocessing gives)",
+    )
     max_tokens = one(read, "request_output_len", int, required=True)
-    check("request_output_len", 1 <= max_tokens <= max_output_len, f"must be in [1, {max_output_len}], got {max_tokens}")
+    check(
+        "request_output_len", 1 <= max_tokens <= max_output_len, f"must be in [1, {max_output_len}], got {max_tokens}"
+    )
     end_id = one(read, "end_id", int, None)
     if end_id is not None:
         check("end_id", 0 <= end_id < vocab_size, f"must lie in [0, {vocab_size}), got {end_id}")
@@ -70,12 +85,21 @@ def parse_engine_request(read: Reader, *, vocab_size: int, default_end_ids: tupl
         for w in lists:
             check(name, all(0 <= t < vocab_size for t in w), f"token ids must lie in [0, {vocab_size})")
     stop_words = [decode_word(w) for w in stop_ids]
-    check("stop_words_list", sum(map(len, stop_words)) <= MAX_TOTAL_CHARS,
-          f"the stop words decode to more than {MAX_TOTAL_CHARS} characters in all")
-    params = SamplingParams(max_new_tokens=max_tokens, end_ids=(end_id,) if end_id is not None else default_end_ids,
-                            stop_words=[w for w in stop_words if w], bad_words=bad_words, **sampling)
+    check(
+        "stop_words_list",
+        sum(map(len, stop_words)) <= MAX_TOTAL_CHARS,
+        f"the stop words decode to more than {MAX_TOTAL_CHARS} characters in all",
+    )
+    params = SamplingParams(
+        max_new_tokens=max_tokens,
+        end_ids=(end_id,) if end_id is not None else default_end_ids,
+        stop_words=[w for w in stop_words if w],
+        bad_words=bad_words,
+        **sampling,
+    )
     return EngineRequest(
-        prompt=prompt.tolist(), params=params,
+        prompt=prompt.tolist(),
+        params=params,
         streaming=one(read, "streaming", bool, False),
         exclude_input_in_output=one(read, "exclude_input_in_output", bool, exclude_default),
         return_log_probs=one(read, "return_log_probs", bool, False),

@@ -34,16 +34,25 @@ _PTUNING = "prompt tuning (p-tuning tables) is not served"
 _LORA = "LoRA adapters are not served"
 
 ENSEMBLE_INPUTS: list[Upstream] = [
-    Upstream("text_input", "STRING", DIFFERENT, "the checkpoint's chat template is applied unless the spec's "
-             "tokenizer.apply_chat_template or the request's apply_chat_template is false; one prompt per request "
-             "(batch > 1 is refused)"),
+    Upstream(
+        "text_input",
+        "STRING",
+        DIFFERENT,
+        "the checkpoint's chat template is applied unless the spec's "
+        "tokenizer.apply_chat_template or the request's apply_chat_template is false; one prompt per request "
+        "(batch > 1 is refused)",
+    ),
     Upstream("decoder_text_input", "STRING", REFUSED, "encoder-decoder models are not served"),
     Upstream("max_tokens", "INT32", SAME),
     Upstream("num_return_sequences", "INT32", REFUSED, "one sequence per request"),
     Upstream("bad_words", "STRING", SAME),
     Upstream("stop_words", "STRING", DIFFERENT, "matched on the text, not as token sequences"),
-    Upstream("exclude_input_in_output", "BOOL", DIFFERENT, "absent: the spec's serving.exclude_input_in_output, "
-             "true by default (upstream: false)"),
+    Upstream(
+        "exclude_input_in_output",
+        "BOOL",
+        DIFFERENT,
+        "absent: the spec's serving.exclude_input_in_output, true by default (upstream: false)",
+    ),
     Upstream("end_id", "INT32", SAME),
     Upstream("pad_id", "INT32", SAME),
     Upstream("top_k", "INT32", SAME, "TensorRT-LLM's rule: top_k == 0 and top_p == 0 (both absent) is greedy"),
@@ -94,11 +103,21 @@ ENSEMBLE_OUTPUTS: list[Upstream] = [
     Upstream("generation_logits", "FP32", REFUSED, "logits are not returned"),
     Upstream("batch_index", "INT32", REFUSED, "one prompt per request"),
     Upstream("sequence_index", "INT32", REFUSED, "one sequence per request"),
-    *[Upstream(n, dt, REFUSED, "per-request perf metrics are not returned") for n, dt in [
-        ("kv_cache_alloc_new_blocks", "INT32"), ("kv_cache_reused_blocks", "INT32"),
-        ("kv_cache_alloc_total_blocks", "INT32"), ("arrival_time_ns", "INT64"), ("first_scheduled_time_ns", "INT64"),
-        ("first_token_time_ns", "INT64"), ("last_token_time_ns", "INT64"), ("acceptance_rate", "FP32"),
-        ("total_accepted_draft_tokens", "INT32"), ("total_draft_tokens", "INT32")]],
+    *[
+        Upstream(n, dt, REFUSED, "per-request perf metrics are not returned")
+        for n, dt in [
+            ("kv_cache_alloc_new_blocks", "INT32"),
+            ("kv_cache_reused_blocks", "INT32"),
+            ("kv_cache_alloc_total_blocks", "INT32"),
+            ("arrival_time_ns", "INT64"),
+            ("first_scheduled_time_ns", "INT64"),
+            ("first_token_time_ns", "INT64"),
+            ("last_token_time_ns", "INT64"),
+            ("acceptance_rate", "FP32"),
+            ("total_accepted_draft_tokens", "INT32"),
+            ("total_draft_tokens", "INT32"),
+        ]
+    ],
 ]
 
 
@@ -119,20 +138,36 @@ PREPROCESSING_INPUTS: list[Upstream] = [
     Upstream("PROMPT_TABLE_EXTRA_ID", "UINT64", REFUSED, _PTUNING),
 ]
 PREPROCESSING_OUTPUTS: list[Upstream] = [
-    Upstream("INPUT_ID", "INT32", SAME), Upstream("REQUEST_INPUT_LEN", "INT32", SAME),
+    Upstream("INPUT_ID", "INT32", SAME),
+    Upstream("REQUEST_INPUT_LEN", "INT32", SAME),
     Upstream("DECODER_INPUT_ID", "INT32", SAME, "one pad token (decoder-only models)"),
     Upstream("REQUEST_DECODER_INPUT_LEN", "INT32", SAME, "1"),
-    Upstream("BAD_WORDS_IDS", "INT32", SAME), Upstream("STOP_WORDS_IDS", "INT32", SAME),
+    Upstream("BAD_WORDS_IDS", "INT32", SAME),
+    Upstream("STOP_WORDS_IDS", "INT32", SAME),
     Upstream("EMBEDDING_BIAS", "FP32", REFUSED, "embedding bias is not served"),
     Upstream("REQUEST_OUTPUT_LEN", "INT32", SAME),
-    Upstream("OUT_END_ID", "INT32", SAME), Upstream("OUT_PAD_ID", "INT32", SAME),
+    Upstream("OUT_END_ID", "INT32", SAME),
+    Upstream("OUT_PAD_ID", "INT32", SAME),
     Upstream("OUT_PROMPT_TABLE_EXTRA_IDS", "UINT64", REFUSED, _PTUNING),
-    *[Upstream(n, dt, REFUSED, _MM) for n, dt in [
-        ("PIXEL_VALUES", "FP16"), ("ASPECT_RATIO_IDS", "INT64"), ("ASPECT_RATIO_MASK", "INT64"),
-        ("CROSS_ATTENTION_MASK", "INT64"), ("IMAGE_SIZES", "INT64"), ("IS_VIDEO_INPUT", "BOOL"),
-        ("ATTENTION_MASK", "INT64"), ("IMAGE_GRID_THW", "INT64"), ("VISION_INPUT_ID", "INT32")]],
+    *[
+        Upstream(n, dt, REFUSED, _MM)
+        for n, dt in [
+            ("PIXEL_VALUES", "FP16"),
+            ("ASPECT_RATIO_IDS", "INT64"),
+            ("ASPECT_RATIO_MASK", "INT64"),
+            ("CROSS_ATTENTION_MASK", "INT64"),
+            ("IMAGE_SIZES", "INT64"),
+            ("IS_VIDEO_INPUT", "BOOL"),
+            ("ATTENTION_MASK", "INT64"),
+            ("IMAGE_GRID_THW", "INT64"),
+            ("VISION_INPUT_ID", "INT32"),
+        ]
+    ],
 ]
-POSTPROCESSING_INPUTS: list[Upstream] = [Upstream("TOKENS_BATCH", "INT32", SAME), Upstream("SEQUENCE_LENGTH", "INT32", SAME)]
+POSTPROCESSING_INPUTS: list[Upstream] = [
+    Upstream("TOKENS_BATCH", "INT32", SAME),
+    Upstream("SEQUENCE_LENGTH", "INT32", SAME),
+]
 POSTPROCESSING_OUTPUTS: list[Upstream] = [Upstream("OUTPUT", "STRING", SAME, "one string per beam")]
 
 

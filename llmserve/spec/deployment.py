@@ -4,7 +4,7 @@ server flags are derived. Every default lives here and nowhere else; unknown key
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -20,13 +20,13 @@ class ModelSource(Strict):
     """Where the weights come from. Nothing is ever downloaded from a model hub."""
 
     kind: Literal["gguf_package", "hf_checkpoint", "random_llama"]
-    package: Optional[str] = None
+    package: str | None = None
     """gguf_package: the Python package that ships the GGUF file (found with importlib, not imported)."""
-    file: Optional[str] = None
+    file: str | None = None
     """gguf_package: the GGUF file name inside the package."""
-    path: Optional[str] = None
+    path: str | None = None
     """hf_checkpoint: a local Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."""
-    tokenizer_from: Optional[str] = None
+    tokenizer_from: str | None = None
     """random_llama: a checkpoint directory whose tokenizer the random model borrows."""
     hidden_size: int = 64
     num_layers: int = 2

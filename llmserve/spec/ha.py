@@ -7,7 +7,7 @@ replicas on ports above them."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -66,7 +66,7 @@ class HighAvailability(Strict):
     retries: int = Field(default=3, ge=0)
     """L7 retries of a request that has not started (connection refused, empty response, 502/503/504),
     each on another server (redispatch)."""
-    stream_timeout_s: Optional[float] = Field(default=None, gt=0)
+    stream_timeout_s: float | None = Field(default=None, gt=0)
     """Idle timeout for client and server sides; default: serving.request_timeout_s + 30 s, so the
     longest generation the spec allows is never cut by HAProxy."""
     slowstart_s: float = Field(default=0, ge=0)
@@ -82,7 +82,7 @@ class HighAvailability(Strict):
             raise ValueError("ha.http_port, ha.grpc_port and ha.stats_port must differ")
         ranges = [(b, b + self.replicas) for b in (self.base_http_port, self.base_grpc_port, self.base_metrics_port)]
         for i, (a0, a1) in enumerate(ranges):
-            for b0, b1 in ranges[i + 1:]:
+            for b0, b1 in ranges[i + 1 :]:
                 if a0 < b1 and b0 < a1:
                     raise ValueError("ha.base_*_port ranges overlap for this many replicas")
             if any(a0 <= p < a1 for p in lb):

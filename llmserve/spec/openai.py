@@ -6,8 +6,6 @@ starts N frontends on `base_port + i`, behind HAProxy's own frontend on `port` (
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import Field
 
 from .base import Strict
@@ -21,18 +19,18 @@ class OpenAIFrontend(Strict):
     bind: str = "0.0.0.0"
     base_port: int = Field(default=19000, ge=1, le=65000)
     """--replicas N: frontend i (0-based) listens on 127.0.0.1:base_port + i behind HAProxy."""
-    served_model_name: Optional[str] = None
+    served_model_name: str | None = None
     """The `model` clients name (and /v1/models lists); default: the spec's `name`."""
-    default_max_tokens: Optional[int] = Field(default=None, ge=1)
+    default_max_tokens: int | None = Field(default=None, ge=1)
     """A request without max_tokens / max_completion_tokens gets this many; default engine.max_output_len."""
     api_keys: list[str] = Field(default_factory=list)
     """Accepted `Authorization: Bearer` keys. Prefer api_keys_env or api_keys_file: a spec is often
     committed. No key anywhere: no check."""
     api_keys_env: str = "LLMSERVE_API_KEYS"
     """Environment variable with comma-separated keys (read when set)."""
-    api_keys_file: Optional[str] = None
+    api_keys_file: str | None = None
     """File with one key per line (# comments); relative to the project root."""
-    idle_timeout_s: Optional[float] = Field(default=None, gt=0)
+    idle_timeout_s: float | None = Field(default=None, gt=0)
     """A stream with no response from Triton for this long is broken (resumed elsewhere); default
     serving.request_timeout_s + 30 s."""
     max_attempts: int = Field(default=6, ge=1)

@@ -7,7 +7,7 @@ TensorRT-LLM. Every default lives here."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -23,7 +23,7 @@ class TutorialInstanceGroup(Strict):
     count: int = Field(default=1, ge=1)
     """Triton meaning: instances per listed GPU (KIND_GPU), or instances in total (KIND_CPU)."""
     kind: Literal["KIND_GPU", "KIND_CPU", "KIND_AUTO"] = "KIND_GPU"
-    gpus: Optional[list[int]] = None
+    gpus: list[int] | None = None
     """KIND_GPU: the GPUs to place `count` instances on each (all visible GPUs when absent). With
     tp_size*pp_size > 1, consecutive groups of tp_size*pp_size GPUs form one instance's set."""
 
@@ -37,21 +37,21 @@ class TensorRTLLMEngine(Strict):
     """Tensor parallelism: GPUs per instance (times pp_size). Must divide num_attention_heads."""
     pp_size: int = Field(default=1, ge=1)
     """Pipeline parallelism."""
-    max_num_tokens: Optional[int] = Field(default=None, ge=1)
+    max_num_tokens: int | None = Field(default=None, ge=1)
     """Most tokens (after padding removal) in one forward pass, summed over the batch. Default:
     max(max_input_len, min(8192, max_batch_size * max_input_len)). Without chunked context it must
     be >= max_input_len, or the longest admitted prompt could never be scheduled."""
     max_beam_width: int = Field(default=1, ge=1)
     tokens_per_block: int = Field(default=32, ge=1)
     """Paged KV cache block size in tokens (trtllm-build --tokens_per_block)."""
-    workers: Optional[int] = Field(default=None, ge=1)
+    workers: int | None = Field(default=None, ge=1)
     """trtllm-build --workers (ranks built in parallel); default min(tp*pp, visible_gpus)."""
 
     # --- runtime (tensorrtllm backend parameters) -----------------------------------------------
     kv_cache_free_gpu_mem_fraction: float = Field(default=0.9, gt=0, le=1)
     """Fraction of the GPU memory free after the engine loads that one instance may give to its
     KV cache. Applied per instance, at the moment it loads: see gpu_memory_gib."""
-    max_tokens_in_paged_kv_cache: Optional[int] = Field(default=None, ge=1)
+    max_tokens_in_paged_kv_cache: int | None = Field(default=None, ge=1)
     """Explicit per-instance KV cache cap in tokens. When several instances share a GPU and this
     is absent, the generator derives it from gpu_memory_gib, the engine size and the instance
     count."""
@@ -69,7 +69,7 @@ class TensorRTLLMEngine(Strict):
     stats_check_period_ms: int = Field(default=100, ge=1)
     iter_stats_max_iterations: int = Field(default=1000, ge=0)
     request_stats_max_iterations: int = Field(default=0, ge=0)
-    decoding_mode: Optional[Literal["top_k", "top_p", "top_k_top_p", "beam_search"]] = None
+    decoding_mode: Literal["top_k", "top_p", "top_k_top_p", "beam_search"] | None = None
     """None lets TensorRT-LLM pick (top_k_top_p for beam width 1)."""
     recv_poll_period_ms: int = Field(default=1, ge=0)
     """Orchestrator mode: how long the backend's receive thread sleeps between polls for the executor
@@ -80,10 +80,10 @@ class TensorRTLLMEngine(Strict):
     bound (SmolLM2-135M); memory for one graph per cached batch shape."""
     cuda_graph_cache_size: int = Field(default=0, ge=0)
     """CUDA graphs kept (in number of graphs); with cuda_graph_mode."""
-    kv_cache_host_memory_bytes: Optional[int] = Field(default=None, ge=0)
+    kv_cache_host_memory_bytes: int | None = Field(default=None, ge=0)
     """Host memory to offload KV cache blocks to (with enable_kv_cache_reuse: reused prefixes survive
     GPU cache pressure). Unset: 0, no offloading."""
-    max_attention_window_size: Optional[list[int]] = None
+    max_attention_window_size: list[int] | None = None
     """Sliding attention window in tokens: one value, or one per layer. Unset: max_seq_len (full
     attention). Smaller windows cap the KV cache per sequence."""
 
@@ -91,28 +91,28 @@ class TensorRTLLMEngine(Strict):
     visible_gpus: int = Field(default=1, ge=1)
     """GPUs visible to tritonserver (numbered 0..visible_gpus-1, after CUDA_VISIBLE_DEVICES). The
     generator cannot see the serving host, so the spec states it."""
-    gpu_memory_gib: Optional[float] = Field(default=None, gt=0)
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
     """Memory of one GPU in GiB (e.g. 80 for an H100 80GB). Required when instances share a GPU
     and max_tokens_in_paged_kv_cache is not given."""
     reserved_gib_per_instance: float = Field(default=2.0, ge=0)
     """Per instance and GPU, memory that is neither weights nor KV cache: CUDA context,
     activations sized by max_num_tokens, executor and decoder buffers."""
-    weights_gib_per_gpu: Optional[float] = Field(default=None, gt=0)
+    weights_gib_per_gpu: float | None = Field(default=None, gt=0)
     """Engine size on one GPU for the KV derivation before an engine exists. Measured from the
     built rank*.engine files when they exist; estimated from the model shape when neither is
     available."""
-    gpu_device_ids: Optional[list[list[int]]] = None
+    gpu_device_ids: list[list[int]] | None = None
     """Per-instance GPU sets, e.g. [[0, 1], [2, 3]] (backend parameter "0,1;2,3"). Its length is the
     instance count. Default: derived from engine.instances, tp_size*pp_size and visible_gpus."""
-    instance_group: Optional[TutorialInstanceGroup] = None
+    instance_group: TutorialInstanceGroup | None = None
     """Tutorial-style placement, translated (see TutorialInstanceGroup). Give this or
     gpu_device_ids, not both."""
 
     # --- paths ------------------------------------------------------------------------------------
-    engine_dir: Optional[str] = None
+    engine_dir: str | None = None
     """Where trtllm-build writes the engine (config.json, rank*.engine) and build_engine.py the
     build manifest. Default build/trtllm/<spec name>/engine. Relative to the project root."""
-    trtllm_checkpoint_dir: Optional[str] = None
+    trtllm_checkpoint_dir: str | None = None
     """The converted TensorRT-LLM checkpoint. Default build/trtllm/<spec name>/checkpoint."""
 
     @property
@@ -126,19 +126,24 @@ class TensorRTLLMEngine(Strict):
         if self.gpu_device_ids is not None and not self.gpu_device_ids:
             raise ValueError("engine.tensorrtllm.gpu_device_ids must list one GPU set per instance")
         if self.max_attention_window_size is not None and (
-                not self.max_attention_window_size or min(self.max_attention_window_size) < 1):
+            not self.max_attention_window_size or min(self.max_attention_window_size) < 1
+        ):
             raise ValueError("engine.tensorrtllm.max_attention_window_size: one or more window sizes >= 1")
         if self.world_size > self.visible_gpus:
-            raise ValueError(f"tp_size*pp_size = {self.world_size} GPUs per instance, but visible_gpus is "
-                             f"{self.visible_gpus}")
+            raise ValueError(
+                f"tp_size*pp_size = {self.world_size} GPUs per instance, but visible_gpus is {self.visible_gpus}"
+            )
         if (self.enable_kv_cache_reuse or self.enable_chunked_context) and self.dtype == "float32":
-            raise ValueError("enable_kv_cache_reuse and enable_chunked_context need use_paged_context_fmha, "
-                             "which TensorRT-LLM supports only for float16/bfloat16 engines; set dtype or turn "
-                             "both off")
+            raise ValueError(
+                "enable_kv_cache_reuse and enable_chunked_context need use_paged_context_fmha, "
+                "which TensorRT-LLM supports only for float16/bfloat16 engines; set dtype or turn "
+                "both off"
+            )
         return self
 
 
 # --- derived paths (functions, not fields: they need the spec's name) ----------------------------
+
 
 def engine_dir(spec):
     """The engine directory of a spec (engine.tensorrtllm.engine_dir or the default)."""

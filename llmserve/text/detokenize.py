@@ -53,8 +53,10 @@ class Detokenizer:
         """decode(ids, context) of every (ids, context) pair, in two tokenizer calls for all of them
         (postprocessing's dynamic batch: one call per chunk costs more than the decoding itself)."""
         items = [(list(i), self._from_char_start(list(c))) for i, c in items]
-        texts = self.tok.decode_batch([self._complete(c + i) for i, c in items] + [self._complete(c) for _, c in items],
-                                      skip_special_tokens=self.skip)
+        texts = self.tok.decode_batch(
+            [self._complete(c + i) for i, c in items] + [self._complete(c) for _, c in items],
+            skip_special_tokens=self.skip,
+        )
         n = len(items)
         out = []
         for k, (ids, context) in enumerate(items):
@@ -66,7 +68,7 @@ class Detokenizer:
     @staticmethod
     def _new_text(before: str, after: str) -> str:
         if after.startswith(before):
-            return after[len(before):]
+            return after[len(before) :]
         # Not expected for byte-level BPE, SentencePiece or WordPiece decoders; keep what is new.
         same = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
         return after[same:]

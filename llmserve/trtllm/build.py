@@ -29,8 +29,8 @@ from pathlib import Path
 from ..checkpoint import build_checkpoint, is_built
 from ..spec import ROOT, Spec
 from ..spec.trtllm import engine_dir, max_num_tokens, trtllm_checkpoint_dir
-from .config import model_shape
 from . import upstream as U
+from .config import model_shape
 from .placement import ModelShape
 
 MANIFEST = "llmserve-build.json"
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 # --- validation ---------------------------------------------------------------------------------
 
+
 def validate(spec: Spec, shape: ModelShape | None) -> list[str]:
     """Every reason the build cannot work, before anything runs."""
     e, t = spec.engine, spec.engine.tensorrtllm
@@ -54,16 +55,22 @@ def validate(spec: Spec, shape: ModelShape | None) -> list[str]:
         errors.append(f"tp_size*pp_size = {t.world_size} GPUs per instance, but visible_gpus is {t.visible_gpus}")
     n_tokens = max_num_tokens(spec)
     if n_tokens < e.max_input_len and not t.enable_chunked_context:
-        errors.append(f"max_num_tokens {n_tokens} < max_input_len {e.max_input_len} without enable_chunked_context: "
-                      "the longest admitted prompt could never be scheduled")
+        errors.append(
+            f"max_num_tokens {n_tokens} < max_input_len {e.max_input_len} without enable_chunked_context: "
+            "the longest admitted prompt could never be scheduled"
+        )
     if shape is None:
         return errors
     if shape.architecture not in SUPPORTED:
-        errors.append(f"architecture {shape.architecture or '(none)'} is not supported by this build script "
-                      f"(supported: {', '.join(sorted(SUPPORTED))})")
+        errors.append(
+            f"architecture {shape.architecture or '(none)'} is not supported by this build script "
+            f"(supported: {', '.join(sorted(SUPPORTED))})"
+        )
     if shape.max_position_embeddings and e.max_seq_len > shape.max_position_embeddings:
-        errors.append(f"max_seq_len = max_input_len + max_output_len = {e.max_seq_len} exceeds the model's "
-                      f"max_position_embeddings {shape.max_position_embeddings}")
+        errors.append(
+            f"max_seq_len = max_input_len + max_output_len = {e.max_seq_len} exceeds the model's "
+            f"max_position_embeddings {shape.max_position_embeddings}"
+        )
     if shape.num_heads % t.tp_size:
         errors.append(f"tp_size {t.tp_size} does not divide num_attention_heads {shape.num_heads}")
     if shape.num_kv_heads % t.tp_size and t.tp_size % shape.num_kv_heads:
@@ -89,6 +96,7 @@ def visible_gpu_count() -> int | None:
 
 
 # --- commands --------------------------------------------------------------------------------------
+
 
 def build_flags(spec: Spec) -> dict[str, str]:
     """trtllm-build flags derived from the spec (names exactly as trtllm-build spells them)."""
@@ -117,10 +125,14 @@ def build_flags(spec: Spec) -> dict[str, str]:
 def commands(spec: Spec) -> dict[str, list[str]]:
     t = spec.engine.tensorrtllm
     out = engine_dir(spec)
-    convert = [sys.executable, "-m", "llmserve.trtllm.build", "convert",
-               *convert_args(spec.checkpoint_path(), trtllm_checkpoint_dir(spec), t.dtype, t.tp_size, t.pp_size)]
-    build = ["trtllm-build", "--checkpoint_dir", str(trtllm_checkpoint_dir(spec)),
-             "--output_dir", str(partial(out))]
+    convert = [
+        sys.executable,
+        "-m",
+        "llmserve.trtllm.build",
+        "convert",
+        *convert_args(spec.checkpoint_path(), trtllm_checkpoint_dir(spec), t.dtype, t.tp_size, t.pp_size),
+    ]
+    build = ["trtllm-build", "--checkpoint_dir", str(trtllm_checkpoint_dir(spec)), "--output_dir", str(partial(out))]
     flags = build_flags(spec)
     problems = U.check_build_flags(flags)
     if problems:  # the table of what trtllm-build accepts (trtllm/upstream.py)
@@ -131,8 +143,18 @@ def commands(spec: Spec) -> dict[str, list[str]]:
 
 
 def convert_args(model_dir: Path, output_dir: Path, dtype: str, tp_size: int, pp_size: int) -> list[str]:
-    return ["--model_dir", str(model_dir), "--output_dir", str(output_dir), "--dtype", dtype,
-            "--tp_size", str(tp_size), "--pp_size", str(pp_size)]
+    return [
+        "--model_dir",
+        str(model_dir),
+        "--output_dir",
+        str(output_dir),
+        "--dtype",
+        dtype,
+        "--tp_size",
+        str(tp_size),
+        "--pp_size",
+        str(pp_size),
+    ]
 
 
 def partial(path: Path) -> Path:
@@ -171,6 +193,7 @@ def _run(cmd: list[str]) -> None:
 
 # --- entry point (scripts/build_engine.py) -------------------------------------------------------
 
+
 def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: bool = False) -> int:
     t = spec.engine.tensorrtllm
     ckpt, tllm, out = spec.checkpoint_path(), trtllm_checkpoint_dir(spec), engine_dir(spec)
@@ -181,19 +204,27 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
     cmds = commands(spec)
     flags = build_flags(spec)
     spec_text = Path(spec_path).read_bytes() if Path(spec_path).exists() else b""
-    build_inputs = {"flags": flags, "convert": cmds["convert"][4:], "checkpoint": str(ckpt),
-                    "source": spec.model.source.model_dump()}
+    build_inputs = {
+        "flags": flags,
+        "convert": cmds["convert"][4:],
+        "checkpoint": str(ckpt),
+        "source": spec.model.source.model_dump(),
+    }
     build_sha = _sha256(build_inputs)
 
     if dry_run:
         print(f"# spec {spec_path} -> engine {out}")
         if shape is None:
-            print("# model shape unknown until the checkpoint exists: architecture, max_position_embeddings and "
-                  "head counts are checked then")
+            print(
+                "# model shape unknown until the checkpoint exists: architecture, max_position_embeddings and "
+                "head counts are checked then"
+            )
         else:
-            print(f"# checked against {shape.source}: {shape.architecture}, max_position_embeddings "
-                  f"{shape.max_position_embeddings}, {shape.num_heads} heads / {shape.num_kv_heads} KV heads, "
-                  f"tp_size {t.tp_size}, pp_size {t.pp_size}")
+            print(
+                f"# checked against {shape.source}: {shape.architecture}, max_position_embeddings "
+                f"{shape.max_position_embeddings}, {shape.num_heads} heads / {shape.num_kv_heads} KV heads, "
+                f"tp_size {t.tp_size}, pp_size {t.pp_size}"
+            )
         if is_built(ckpt):
             print(f"# 1. checkpoint {ckpt} is up to date")
         else:
@@ -212,8 +243,10 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
         return 0
     version = trtllm_version()
     if version is None or shutil.which("trtllm-build") is None:
-        raise ValueError("TensorRT-LLM is not installed here (no tensorrt_llm package / trtllm-build): build inside "
-                         "the serving image, see docs/tensorrtllm.md. --dry-run prints the commands")
+        raise ValueError(
+            "TensorRT-LLM is not installed here (no tensorrt_llm package / trtllm-build): build inside "
+            "the serving image, see docs/tensorrtllm.md. --dry-run prints the commands"
+        )
     gpus = visible_gpu_count()
     if gpus is not None and gpus < t.world_size:
         raise ValueError(f"tp_size*pp_size = {t.world_size} but {gpus} GPU(s) are visible to this build")
@@ -234,10 +267,16 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
     shutil.rmtree(partial(out), ignore_errors=True)
     _run(cmds["build"])
     manifest = {
-        "spec": str(spec_path), "spec_name": spec.name, "spec_sha256": hashlib.sha256(spec_text).hexdigest(),
-        "build_sha256": build_sha, "tensorrt_llm_version": version, "flags": flags,
-        "commands": {k: shlex.join(v) for k, v in cmds.items()}, "checkpoint": str(ckpt),
-        "model_shape": shape.__dict__ if shape else None, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "spec": str(spec_path),
+        "spec_name": spec.name,
+        "spec_sha256": hashlib.sha256(spec_text).hexdigest(),
+        "build_sha256": build_sha,
+        "tensorrt_llm_version": version,
+        "flags": flags,
+        "commands": {k: shlex.join(v) for k, v in cmds.items()},
+        "checkpoint": str(ckpt),
+        "model_shape": shape.__dict__ if shape else None,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "build_seconds": round(time.time() - started, 1),
     }
     (partial(out) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -248,6 +287,7 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
 
 
 # --- conversion (runs where TensorRT-LLM is installed) -------------------------------------------
+
 
 def compat_hf_config(cfg: dict) -> dict:
     """config.json as the transformers version inside the TensorRT-LLM image reads it. transformers

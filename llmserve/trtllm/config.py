@@ -44,6 +44,7 @@ def note(msg: str) -> None:
 
 # --- what exists on disk ---------------------------------------------------------------------------
 
+
 def read_engine_config(path: Path) -> dict | None:
     f = path / "config.json"
     if not f.exists():
@@ -79,12 +80,18 @@ def _gguf_shape(spec: Spec) -> P.ModelShape | None:
     vocab = get("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
     names = {t.name for t in reader.tensors}
     return P.ModelShape(
-        architecture={"llama": "LlamaForCausalLM"}.get(arch, arch), num_layers=int(get("block_count")),
-        hidden_size=hidden, num_heads=heads, num_kv_heads=int(get("attention.head_count_kv", heads)),
+        architecture={"llama": "LlamaForCausalLM"}.get(arch, arch),
+        num_layers=int(get("block_count")),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=int(get("attention.head_count_kv", heads)),
         head_dim=int(get("attention.key_length", hidden // heads)),
-        intermediate_size=int(get("feed_forward_length")), vocab_size=int(vocab),
-        max_position_embeddings=int(get("context_length", 0)), tie_word_embeddings="output.weight" not in names,
-        source=f"GGUF metadata of {path.name}")
+        intermediate_size=int(get("feed_forward_length")),
+        vocab_size=int(vocab),
+        max_position_embeddings=int(get("context_length", 0)),
+        tie_word_embeddings="output.weight" not in names,
+        source=f"GGUF metadata of {path.name}",
+    )
 
 
 def hf_config(spec: Spec) -> tuple[dict, Path] | None:
@@ -103,8 +110,9 @@ def model_shape(spec: Spec, engine_cfg: dict | None) -> P.ModelShape | None:
     if engine_cfg is not None:
         pc = engine_cfg["pretrained_config"]
         try:
-            return P.ModelShape.from_hf_config({**pc, "architectures": [pc.get("architecture", "")]},
-                                               source="the engine's config.json")
+            return P.ModelShape.from_hf_config(
+                {**pc, "architectures": [pc.get("architecture", "")]}, source="the engine's config.json"
+            )
         except (KeyError, TypeError):
             pass
     found = hf_config(spec)
@@ -126,6 +134,7 @@ def engine_weight_bytes(path: Path) -> int | None:
 
 # --- limits ----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Limits:
     max_batch_size: int
@@ -144,8 +153,16 @@ def _plugin_flag(value) -> bool:
 
 def limits(spec: Spec, engine_cfg: dict | None, where: Path) -> Limits:
     e, t = spec.engine, spec.engine.tensorrtllm
-    declared = Limits(e.max_batch_size, e.max_input_len, e.max_seq_len, max_num_tokens(spec), t.max_beam_width,
-                      t.tokens_per_block, t.dtype, "the spec (no engine built yet)")
+    declared = Limits(
+        e.max_batch_size,
+        e.max_input_len,
+        e.max_seq_len,
+        max_num_tokens(spec),
+        t.max_beam_width,
+        t.tokens_per_block,
+        t.dtype,
+        "the spec (no engine built yet)",
+    )
     if engine_cfg is None:
         return declared
     bc, pc = engine_cfg["build_config"], engine_cfg["pretrained_config"]
@@ -163,33 +180,56 @@ def limits(spec: Spec, engine_cfg: dict | None, where: Path) -> Limits:
     mapping = pc.get("mapping") or {}
     world = int(mapping.get("world_size") or int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1)))
     if world != t.world_size:
-        raise ValueError(f"the engine in {where} was built for {world} GPU(s) per instance but the spec says "
-                         f"tp_size*pp_size = {t.world_size}; rebuild it (scripts/build_engine.py --force)")
+        raise ValueError(
+            f"the engine in {where} was built for {world} GPU(s) per instance but the spec says "
+            f"tp_size*pp_size = {t.world_size}; rebuild it (scripts/build_engine.py --force)"
+        )
     # In-flight batching needs the GPT attention plugin, packed input and a paged KV cache.
     kv_type = str(bc.get("kv_cache_type", "")).lower()
     paged = "paged" in kv_type if kv_type else _plugin_flag(plugins.get("paged_kv_cache", True))
-    missing = [name for name, ok in (("gpt_attention_plugin", _plugin_flag(plugins.get("gpt_attention_plugin", "auto"))),
-                                     ("remove_input_padding", _plugin_flag(plugins.get("remove_input_padding", True))),
-                                     ("paged KV cache", paged)) if not ok]
+    missing = [
+        name
+        for name, ok in (
+            ("gpt_attention_plugin", _plugin_flag(plugins.get("gpt_attention_plugin", "auto"))),
+            ("remove_input_padding", _plugin_flag(plugins.get("remove_input_padding", True))),
+            ("paged KV cache", paged),
+        )
+        if not ok
+    ]
     if missing:
-        raise ValueError(f"the engine in {where} was built without {', '.join(missing)}; in-flight batching "
-                         "(gpt_model_type inflight_fused_batching) needs all three. Rebuild with build_engine.py")
-    if (t.enable_kv_cache_reuse or t.enable_chunked_context) and not _plugin_flag(plugins.get("use_paged_context_fmha")):
-        raise ValueError(f"enable_kv_cache_reuse / enable_chunked_context need an engine built with "
-                         f"use_paged_context_fmha, and the engine in {where} was not; rebuild it or turn both off")
-    too_small = [f"{k} {getattr(built, k)} < spec {getattr(declared, k)}"
-                 for k in ("max_batch_size", "max_input_len", "max_seq_len") if getattr(built, k) < getattr(declared, k)]
+        raise ValueError(
+            f"the engine in {where} was built without {', '.join(missing)}; in-flight batching "
+            "(gpt_model_type inflight_fused_batching) needs all three. Rebuild with build_engine.py"
+        )
+    if (t.enable_kv_cache_reuse or t.enable_chunked_context) and not _plugin_flag(
+        plugins.get("use_paged_context_fmha")
+    ):
+        raise ValueError(
+            f"enable_kv_cache_reuse / enable_chunked_context need an engine built with "
+            f"use_paged_context_fmha, and the engine in {where} was not; rebuild it or turn both off"
+        )
+    too_small = [
+        f"{k} {getattr(built, k)} < spec {getattr(declared, k)}"
+        for k in ("max_batch_size", "max_input_len", "max_seq_len")
+        if getattr(built, k) < getattr(declared, k)
+    ]
     if too_small:
-        raise ValueError(f"the engine in {where} is smaller than the spec ({'; '.join(too_small)}): requests the "
-                         "spec admits would be rejected. Rebuild it (scripts/build_engine.py --force) or lower the spec")
-    bigger = [f"{k} {getattr(built, k)} > spec {getattr(declared, k)}"
-              for k in ("max_batch_size", "max_input_len", "max_seq_len") if getattr(built, k) > getattr(declared, k)]
+        raise ValueError(
+            f"the engine in {where} is smaller than the spec ({'; '.join(too_small)}): requests the "
+            "spec admits would be rejected. Rebuild it (scripts/build_engine.py --force) or lower the spec"
+        )
+    bigger = [
+        f"{k} {getattr(built, k)} > spec {getattr(declared, k)}"
+        for k in ("max_batch_size", "max_input_len", "max_seq_len")
+        if getattr(built, k) > getattr(declared, k)
+    ]
     if bigger:
         note(f"the built engine is larger than the spec ({'; '.join(bigger)}); tensorrt_llm uses the engine's values")
     return built
 
 
 # --- placement -------------------------------------------------------------------------------------
+
 
 def placement(spec: Spec) -> P.Placement:
     e, t = spec.engine, spec.engine.tensorrtllm
@@ -227,40 +267,63 @@ def kv_cap(spec: Spec, lim: Limits, place: P.Placement, engine_cfg: dict | None,
         if t.gpu_memory_gib is not None and shape is not None:
             per_token = P.kv_bytes_per_token(shape, lim.dtype, t.tp_size, t.pp_size)
             weights, _ = _weights(spec, shape, lim, where)
-            limit, _ = P.kv_cap_tokens(gpu_memory_gib=t.gpu_memory_gib, weights_bytes=weights,
-                                       reserved_gib=t.reserved_gib_per_instance, sharing=sharing, fraction=1.0,
-                                       bytes_per_token=per_token, tokens_per_block=1)
+            limit, _ = P.kv_cap_tokens(
+                gpu_memory_gib=t.gpu_memory_gib,
+                weights_bytes=weights,
+                reserved_gib=t.reserved_gib_per_instance,
+                sharing=sharing,
+                fraction=1.0,
+                bytes_per_token=per_token,
+                tokens_per_block=1,
+            )
             if cap > limit:
-                raise ValueError(f"max_tokens_in_paged_kv_cache {cap} x {sharing} instances per GPU does not fit in "
-                                 f"{t.gpu_memory_gib:g} GiB (at most {limit} tokens each)")
+                raise ValueError(
+                    f"max_tokens_in_paged_kv_cache {cap} x {sharing} instances per GPU does not fit in "
+                    f"{t.gpu_memory_gib:g} GiB (at most {limit} tokens each)"
+                )
     else:
         if t.gpu_memory_gib is None:
-            raise ValueError(f"{sharing} instances share a GPU: each needs an explicit KV cap, because "
-                             "kv_cache_free_gpu_mem_fraction applies to the memory free when each instance loads "
-                             "(the first would take most of it). Set engine.tensorrtllm.gpu_memory_gib (memory of "
-                             "one GPU) to derive it, or max_tokens_in_paged_kv_cache")
+            raise ValueError(
+                f"{sharing} instances share a GPU: each needs an explicit KV cap, because "
+                "kv_cache_free_gpu_mem_fraction applies to the memory free when each instance loads "
+                "(the first would take most of it). Set engine.tensorrtllm.gpu_memory_gib (memory of "
+                "one GPU) to derive it, or max_tokens_in_paged_kv_cache"
+            )
         if shape is None:
-            raise ValueError("cannot derive the per-instance KV cap: the model shape is unknown (no engine, no "
-                             f"checkpoint config.json). Run scripts/build_engine.py --spec ... first, or set "
-                             "engine.tensorrtllm.max_tokens_in_paged_kv_cache")
+            raise ValueError(
+                "cannot derive the per-instance KV cap: the model shape is unknown (no engine, no "
+                "checkpoint config.json). Run scripts/build_engine.py --spec ... first, or set "
+                "engine.tensorrtllm.max_tokens_in_paged_kv_cache"
+            )
         per_token = P.kv_bytes_per_token(shape, lim.dtype, t.tp_size, t.pp_size)
         weights, weights_from = _weights(spec, shape, lim, where)
-        cap, how = P.kv_cap_tokens(gpu_memory_gib=t.gpu_memory_gib, weights_bytes=weights,
-                                   reserved_gib=t.reserved_gib_per_instance, sharing=sharing,
-                                   fraction=t.kv_cache_free_gpu_mem_fraction, bytes_per_token=per_token,
-                                   tokens_per_block=lim.tokens_per_block)
-        note(f"{sharing} instances per GPU: max_tokens_in_paged_kv_cache = {how}; model shape from {shape.source}; "
-             f"weights {weights_from}")
+        cap, how = P.kv_cap_tokens(
+            gpu_memory_gib=t.gpu_memory_gib,
+            weights_bytes=weights,
+            reserved_gib=t.reserved_gib_per_instance,
+            sharing=sharing,
+            fraction=t.kv_cache_free_gpu_mem_fraction,
+            bytes_per_token=per_token,
+            tokens_per_block=lim.tokens_per_block,
+        )
+        note(
+            f"{sharing} instances per GPU: max_tokens_in_paged_kv_cache = {how}; model shape from {shape.source}; "
+            f"weights {weights_from}"
+        )
     if cap < floor:
         # TensorRT-LLM itself would load and shrink the attention window to what fits
         # (adjustMaxAttentionWindow), so long requests would silently lose context: refuse instead.
-        raise ValueError(f"max_tokens_in_paged_kv_cache {cap} cannot hold one sequence of max_seq_len "
-                         f"{lim.max_seq_len} (needs {floor} = beam {lim.max_beam_width} x blocks of "
-                         f"{lim.tokens_per_block}); TensorRT-LLM would shrink the attention window below "
-                         "max_seq_len to fit. Use fewer instances per GPU, a bigger GPU or a shorter max_seq_len")
+        raise ValueError(
+            f"max_tokens_in_paged_kv_cache {cap} cannot hold one sequence of max_seq_len "
+            f"{lim.max_seq_len} (needs {floor} = beam {lim.max_beam_width} x blocks of "
+            f"{lim.tokens_per_block}); TensorRT-LLM would shrink the attention window below "
+            "max_seq_len to fit. Use fewer instances per GPU, a bigger GPU or a shorter max_seq_len"
+        )
     if cap < lim.max_batch_size * lim.max_seq_len:
-        note(f"the KV cap of {cap} tokens holds {cap // lim.max_seq_len} full-length sequences, fewer than "
-             f"max_batch_size {lim.max_batch_size}; shorter requests still batch fully")
+        note(
+            f"the KV cap of {cap} tokens holds {cap // lim.max_seq_len} full-length sequences, fewer than "
+            f"max_batch_size {lim.max_batch_size}; shorter requests still batch fully"
+        )
     return cap
 
 
@@ -277,21 +340,30 @@ def _weights(spec: Spec, shape: P.ModelShape, lim: Limits, where: Path) -> tuple
 
 # --- the config ------------------------------------------------------------------------------------
 
+
 def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     e, t = spec.engine, spec.engine.tensorrtllm
     where = engine_dir(spec)
     engine_cfg = read_engine_config(where)
     lim = limits(spec, engine_cfg, where)
     if lim.max_num_tokens < lim.max_input_len and not t.enable_chunked_context:
-        raise ValueError(f"max_num_tokens {lim.max_num_tokens} < max_input_len {lim.max_input_len} without "
-                         "enable_chunked_context: the longest admitted prompt could never be scheduled")
+        raise ValueError(
+            f"max_num_tokens {lim.max_num_tokens} < max_input_len {lim.max_input_len} without "
+            "enable_chunked_context: the longest admitted prompt could never be scheduled"
+        )
     place = placement(spec)
     for line in place.explanation:
         note(line)
     if place.instances > 1 or place.orchestrator:
-        mode = "orchestrator mode (TRTLLM_ORCHESTRATOR=1, set by docker/launch.sh)" if place.orchestrator else "leader mode"
-        note(f"{place.instances} instance(s): instance_group {{ kind: KIND_CPU count: {place.instances} }}, "
-             f"gpu_device_ids \"{place.gpu_device_ids}\", {mode}")
+        mode = (
+            "orchestrator mode (TRTLLM_ORCHESTRATOR=1, set by docker/launch.sh)"
+            if place.orchestrator
+            else "leader mode"
+        )
+        note(
+            f"{place.instances} instance(s): instance_group {{ kind: KIND_CPU count: {place.instances} }}, "
+            f'gpu_device_ids "{place.gpu_device_ids}", {mode}'
+        )
     cap = kv_cap(spec, lim, place, engine_cfg, where)
 
     window = t.max_attention_window_size
@@ -347,14 +419,19 @@ def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
 def check_config(cfg: mc.ModelConfig) -> None:
     """Refuse a config the pinned backend would not load, or would read differently than meant."""
     problems = U.check_parameters({k: v.string_value for k, v in cfg.parameters.items()})
-    problems += U.check_io({i.name: (mc.DataType.Name(i.data_type)[5:], tuple(i.dims)) for i in cfg.input},
-                           {o.name: (mc.DataType.Name(o.data_type)[5:], tuple(o.dims)) for o in cfg.output})
+    problems += U.check_io(
+        {i.name: (mc.DataType.Name(i.data_type)[5:], tuple(i.dims)) for i in cfg.input},
+        {o.name: (mc.DataType.Name(o.data_type)[5:], tuple(o.dims)) for o in cfg.output},
+    )
     if problems:
-        raise ValueError(f"{cfg.name}: the TensorRT-LLM {U.TENSORRT_LLM_VERSION} backend would not accept this "
-                         "config (llmserve/trtllm/upstream.py):\n  " + "\n  ".join(problems))
+        raise ValueError(
+            f"{cfg.name}: the TensorRT-LLM {U.TENSORRT_LLM_VERSION} backend would not accept this "
+            "config (llmserve/trtllm/upstream.py):\n  " + "\n  ".join(problems)
+        )
 
 
 # --- launcher support ------------------------------------------------------------------------------
+
 
 def launch_env(repo: Path) -> dict[str, str]:
     """Environment the launcher exports for a generated repository."""

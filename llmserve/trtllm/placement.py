@@ -35,7 +35,7 @@ class ModelShape:
     source: str = ""
 
     @classmethod
-    def from_hf_config(cls, cfg: dict, source: str = "") -> "ModelShape":
+    def from_hf_config(cls, cfg: dict, source: str = "") -> ModelShape:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         arch = (cfg.get("architectures") or [cfg.get("architecture", "")])[0]
@@ -109,21 +109,26 @@ class Placement:
 def _check_sets(sets: list[list[int]], world: int, visible: int) -> None:
     for i, s in enumerate(sets):
         if len(s) != world:
-            raise ValueError(f"GPU set {i} ({s}) has {len(s)} GPUs, but the engine needs tp_size*pp_size = "
-                             f"{world} per instance")
+            raise ValueError(
+                f"GPU set {i} ({s}) has {len(s)} GPUs, but the engine needs tp_size*pp_size = {world} per instance"
+            )
         if len(set(s)) != len(s):
             raise ValueError(f"GPU set {i} ({s}) names a GPU twice")
         bad = [g for g in s if g < 0 or g >= visible]
         if bad:
-            raise ValueError(f"GPU set {i} ({s}) uses GPU {bad[0]}, but only GPUs 0..{visible - 1} are visible "
-                             f"(visible_gpus = {visible})")
+            raise ValueError(
+                f"GPU set {i} ({s}) uses GPU {bad[0]}, but only GPUs 0..{visible - 1} are visible "
+                f"(visible_gpus = {visible})"
+            )
     distinct = {tuple(sorted(s)) for s in sets}
     for a in distinct:
         for b in distinct:
             if a < b and set(a) & set(b):
-                raise ValueError(f"GPU sets {list(a)} and {list(b)} overlap without being equal: the instances "
-                                 "would split those GPUs' memory unevenly and TP ranks would wait on each other. "
-                                 "Instances that share GPUs must use the same set")
+                raise ValueError(
+                    f"GPU sets {list(a)} and {list(b)} overlap without being equal: the instances "
+                    "would split those GPUs' memory unevenly and TP ranks would wait on each other. "
+                    "Instances that share GPUs must use the same set"
+                )
 
 
 def _needs_orchestrator(sets: list[list[int]], world: int) -> bool:
@@ -142,8 +147,10 @@ def plan(instances: int, world: int, visible: int, gpu_device_ids: list[list[int
     if gpu_device_ids is not None:
         sets = [list(s) for s in gpu_device_ids]
         if len(sets) != instances:
-            raise ValueError(f"gpu_device_ids has {len(sets)} sets for {instances} instances; the backend needs "
-                             "exactly one set per instance")
+            raise ValueError(
+                f"gpu_device_ids has {len(sets)} sets for {instances} instances; the backend needs "
+                "exactly one set per instance"
+            )
         _check_sets(sets, world, visible)
     else:
         groups = visible // world
@@ -153,12 +160,16 @@ def plan(instances: int, world: int, visible: int, gpu_device_ids: list[list[int
     placement = Placement(sets, _needs_orchestrator(sets, world), notes)
     counts = set(placement.sharing().values())
     if len(counts) > 1:
-        notes.append(f"GPUs are shared unevenly ({placement.sharing()}); max_tokens_in_paged_kv_cache is one value "
-                     f"for all instances, so it is sized for the most crowded GPU ({max(counts)} instances)")
+        notes.append(
+            f"GPUs are shared unevenly ({placement.sharing()}); max_tokens_in_paged_kv_cache is one value "
+            f"for all instances, so it is sized for the most crowded GPU ({max(counts)} instances)"
+        )
     return placement
 
 
-def translate_tutorial(count: int, kind: str, gpus: list[int] | None, world: int, visible: int) -> tuple[list[list[int]], str]:
+def translate_tutorial(
+    count: int, kind: str, gpus: list[int] | None, world: int, visible: int
+) -> tuple[list[list[int]], str]:
     """Turn a tutorial `instance_group {count, kind, gpus}` into per-instance GPU sets, with the
     explanation the generator prints."""
     original = f"instance_group {{ count: {count} kind: {kind}" + (f" gpus: {gpus}" if gpus is not None else "") + " }"
@@ -168,22 +179,35 @@ def translate_tutorial(count: int, kind: str, gpus: list[int] | None, world: int
             raise ValueError(f"{original}: `gpus` only has a meaning with KIND_GPU")
         if len(listed) % world:
             raise ValueError(f"{original}: {len(listed)} GPUs listed, not a multiple of tp_size*pp_size = {world}")
-        groups = [listed[i:i + world] for i in range(0, len(listed), world)]
+        groups = [listed[i : i + world] for i in range(0, len(listed), world)]
         sets = [g for g in groups for _ in range(count)]
-        meaning = (f"Triton reads it as {count} instance(s) on each of GPU(s) {listed}" if world == 1 else
-                   f"read as {count} instance(s) on each group of {world} GPUs in {listed}")
+        meaning = (
+            f"Triton reads it as {count} instance(s) on each of GPU(s) {listed}"
+            if world == 1
+            else f"read as {count} instance(s) on each group of {world} GPUs in {listed}"
+        )
     else:  # KIND_CPU / KIND_AUTO without gpus: count instances in total, placed automatically
         sets = plan(count, world, visible).sets
         meaning = f"{count} instance(s) in total"
-    why = (f"{original}: {meaning}, but the tensorrtllm backend ignores KIND_GPU and `gpus` and would place "
-           f"every instance by gpu_device_ids (or on the default GPU). Generated instead: instance_group "
-           f"{{ kind: KIND_CPU count: {len(sets)} }} with gpu_device_ids "
-           f"\"{';'.join(','.join(map(str, s)) for s in sets)}\".")
+    why = (
+        f"{original}: {meaning}, but the tensorrtllm backend ignores KIND_GPU and `gpus` and would place "
+        f"every instance by gpu_device_ids (or on the default GPU). Generated instead: instance_group "
+        f"{{ kind: KIND_CPU count: {len(sets)} }} with gpu_device_ids "
+        f'"{";".join(",".join(map(str, s)) for s in sets)}".'
+    )
     return sets, why
 
 
-def kv_cap_tokens(*, gpu_memory_gib: float, weights_bytes: int, reserved_gib: float, sharing: int,
-                  fraction: float, bytes_per_token: int, tokens_per_block: int) -> tuple[int, str]:
+def kv_cap_tokens(
+    *,
+    gpu_memory_gib: float,
+    weights_bytes: int,
+    reserved_gib: float,
+    sharing: int,
+    fraction: float,
+    bytes_per_token: int,
+    tokens_per_block: int,
+) -> tuple[int, str]:
     """Per-instance KV cache cap (tokens) when `sharing` instances share one GPU.
 
     Each instance holds its weights and reserve; what is left is multiplied by the KV fraction and
@@ -193,14 +217,18 @@ def kv_cap_tokens(*, gpu_memory_gib: float, weights_bytes: int, reserved_gib: fl
     fixed = sharing * (weights_bytes + reserved_gib * GIB)
     free = total - fixed
     if free <= 0:
-        raise ValueError(f"{sharing} instance(s) on one {gpu_memory_gib:g} GiB GPU need "
-                         f"{fixed / GIB:.2f} GiB for weights ({weights_bytes / GIB:.2f} GiB each) and reserve "
-                         f"({reserved_gib:g} GiB each) before any KV cache: use fewer instances per GPU")
+        raise ValueError(
+            f"{sharing} instance(s) on one {gpu_memory_gib:g} GiB GPU need "
+            f"{fixed / GIB:.2f} GiB for weights ({weights_bytes / GIB:.2f} GiB each) and reserve "
+            f"({reserved_gib:g} GiB each) before any KV cache: use fewer instances per GPU"
+        )
     per_instance = free * fraction / sharing
     tokens = int(per_instance // bytes_per_token) // tokens_per_block * tokens_per_block
-    how = (f"({gpu_memory_gib:g} GiB - {sharing} x ({weights_bytes / GIB:.2f} GiB weights + {reserved_gib:g} GiB "
-           f"reserve)) x {fraction:g} / {sharing} instances / {bytes_per_token} B per token = {tokens} tokens "
-           f"(multiple of tokens_per_block {tokens_per_block})")
+    how = (
+        f"({gpu_memory_gib:g} GiB - {sharing} x ({weights_bytes / GIB:.2f} GiB weights + {reserved_gib:g} GiB "
+        f"reserve)) x {fraction:g} / {sharing} instances / {bytes_per_token} B per token = {tokens} tokens "
+        f"(multiple of tokens_per_block {tokens_per_block})"
+    )
     return tokens, how
 
 

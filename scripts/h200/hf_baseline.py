@@ -22,8 +22,13 @@ results = []
 
 def run(bs: int, cache: str | None, repeats: int = 2):
     ids = torch.tensor([p.ids for p in prompts[:bs]], device="cuda")
-    kw = dict(max_new_tokens=OUT, min_new_tokens=OUT, do_sample=False, attention_mask=torch.ones_like(ids),
-              pad_token_id=model.config.pad_token_id or 0)
+    kw = dict(
+        max_new_tokens=OUT,
+        min_new_tokens=OUT,
+        do_sample=False,
+        attention_mask=torch.ones_like(ids),
+        pad_token_id=model.config.pad_token_id or 0,
+    )
     if cache:
         kw["cache_implementation"] = cache
     t0 = time.perf_counter()
@@ -38,8 +43,13 @@ def run(bs: int, cache: str | None, repeats: int = 2):
         times.append(time.perf_counter() - t0)
     assert out.shape[1] == IN + OUT, out.shape
     best = min(times)
-    r = {"cache": cache or "default", "batch": bs, "seconds": round(best, 4), "warmup_s": round(warm, 2),
-         "output_tokens_per_s": round(bs * OUT / best, 1)}
+    r = {
+        "cache": cache or "default",
+        "batch": bs,
+        "seconds": round(best, 4),
+        "warmup_s": round(warm, 2),
+        "output_tokens_per_s": round(bs * OUT / best, 1),
+    }
     print(json.dumps(r), flush=True)
     results.append(r)
 

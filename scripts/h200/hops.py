@@ -84,26 +84,49 @@ def main() -> int:
     cpu1, m1 = processes(a.triton_pid, extra), metrics(a.metrics)
     dm = {k: m1[k] - m0.get(k, 0.0) for k in m1}
     tokens = dm.get(f"request_success:{a.top}", 0.0) * a.output_len
-    point = {"label": a.label, "rc": rc, "wall_s": round(wall, 2), "server_tokens": tokens,
-             "server_tok_per_s": round(tokens / wall, 1),
-             "cpu": {k: {"cores": round((cpu1[k] - cpu0.get(k, 0.0)) / wall, 3),
-                         "us_per_token": round((cpu1[k] - cpu0.get(k, 0.0)) / tokens * 1e6, 2) if tokens else None}
-                     for k in cpu1},
-             "calls_per_s": {k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items()
-                             if k.startswith("request_success:") and v},
-             "execs_per_s": {k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items()
-                             if k.startswith("exec_count:") and v}}
+    point = {
+        "label": a.label,
+        "rc": rc,
+        "wall_s": round(wall, 2),
+        "server_tokens": tokens,
+        "server_tok_per_s": round(tokens / wall, 1),
+        "cpu": {
+            k: {
+                "cores": round((cpu1[k] - cpu0.get(k, 0.0)) / wall, 3),
+                "us_per_token": round((cpu1[k] - cpu0.get(k, 0.0)) / tokens * 1e6, 2) if tokens else None,
+            }
+            for k in cpu1
+        },
+        "calls_per_s": {
+            k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items() if k.startswith("request_success:") and v
+        },
+        "execs_per_s": {
+            k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items() if k.startswith("exec_count:") and v
+        },
+    }
     if a.bench_out and (Path(a.bench_out) / "results.json").exists():
         runs = json.loads((Path(a.bench_out) / "results.json").read_text())["runs"]
-        point["bench"] = [{"target": r["target"], "load": r["load"], "tok_s": r["summary"]["output_tokens_per_s"],
-                           "ttft_p50_ms": r["summary"]["ttft_ms"]["p50"], "errors": r["summary"]["errors"],
-                           "chunks_per_request": r["summary"].get("mean_chunks_per_request")} for r in runs]
+        point["bench"] = [
+            {
+                "target": r["target"],
+                "load": r["load"],
+                "tok_s": r["summary"]["output_tokens_per_s"],
+                "ttft_p50_ms": r["summary"]["ttft_ms"]["p50"],
+                "errors": r["summary"]["errors"],
+                "chunks_per_request": r["summary"].get("mean_chunks_per_request"),
+            }
+            for r in runs
+        ]
     Path(a.out).write_text(json.dumps(point, indent=1))
     b = point.get("bench", [{}])[0]
-    cores = ", ".join(f"{k} {v['cores']:.2f} ({v['us_per_token']} us/tok)" for k, v in point["cpu"].items()
-                      if v["cores"] > 0.02)
-    print(f"HOPS {a.label}: bench {b.get('tok_s')} tok/s ttft50 {b.get('ttft_p50_ms')} err {b.get('errors')}; "
-          f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; cores: {cores}", flush=True)
+    cores = ", ".join(
+        f"{k} {v['cores']:.2f} ({v['us_per_token']} us/tok)" for k, v in point["cpu"].items() if v["cores"] > 0.02
+    )
+    print(
+        f"HOPS {a.label}: bench {b.get('tok_s')} tok/s ttft50 {b.get('ttft_p50_ms')} err {b.get('errors')}; "
+        f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; cores: {cores}",
+        flush=True,
+    )
     return rc
 
 

@@ -17,10 +17,19 @@ if (out / "llmserve-checkpoint.json").exists():
 t0 = time.time()
 tok = AutoTokenizer.from_pretrained(tok_dir)
 torch.manual_seed(0)
-config = LlamaConfig(vocab_size=len(tok), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096,
-                     tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                     pad_token_id=tok.pad_token_id)
+config = LlamaConfig(
+    vocab_size=len(tok),
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+    bos_token_id=tok.bos_token_id,
+    eos_token_id=tok.eos_token_id,
+    pad_token_id=tok.pad_token_id,
+)
 with torch.device("cuda"):
     model = LlamaForCausalLM(config).to(torch.bfloat16)
 n = sum(p.numel() for p in model.parameters())

@@ -68,12 +68,13 @@ def wall_ms(fn, n=50) -> float:
 
 
 # 1. decode step variants
-variants = {"written-out attention, separate q/k rotary (before)": GraphOptions(sdpa=False, fused_rope=False,
-                                                                                fused_norm=False),
-            "+ fused q/k rotary": GraphOptions(sdpa=False, fused_rope=True, fused_norm=False),
-            "+ SDPA attention": GraphOptions(sdpa=True, fused_rope=True, fused_norm=False),
-            "+ F.rms_norm (default)": GraphOptions(sdpa=True, fused_rope=True, fused_norm=True),
-            "+ torch.compile of the body": GraphOptions(compile=True)}
+variants = {
+    "written-out attention, separate q/k rotary (before)": GraphOptions(sdpa=False, fused_rope=False, fused_norm=False),
+    "+ fused q/k rotary": GraphOptions(sdpa=False, fused_rope=True, fused_norm=False),
+    "+ SDPA attention": GraphOptions(sdpa=True, fused_rope=True, fused_norm=False),
+    "+ F.rms_norm (default)": GraphOptions(sdpa=True, fused_rope=True, fused_norm=True),
+    "+ torch.compile of the body": GraphOptions(compile=True),
+}
 if os.environ.get("PROFILE_NO_COMPILE"):
     variants.pop("+ torch.compile of the body")
 reference: dict[int, torch.Tensor] = {}  # logits of the first variant, to check the others against
@@ -91,7 +92,7 @@ for name, opt in variants.items():
             rows.append({"variant": name, "batch": B, "error": f"{type(e).__name__}: {e}"[:300]})
             print(rows[-1], flush=True)
             continue
-        graph = g.graphs[(B, 256)][0] if GPU else SimpleNamespace(replay=lambda: g._body(B, 256))
+        graph = g.graphs[(B, 256)][0] if GPU else SimpleNamespace(replay=lambda g=g: g._body(B, 256))
         slots = list(range(B))
         torch.manual_seed(B)  # the same inputs and cache for every variant
         toks = torch.randint(0, m.cfg.vocab_size, (B,)).tolist()
@@ -101,11 +102,16 @@ for name, opt in variants.items():
         m.v_cache.normal_(generator=torch.Generator(dev).manual_seed(2))
         logits = g.step(slots, toks, pos, 240).logits(list(range(B))).clone()
         ref = reference.setdefault(B, logits)
-        r = {"variant": name, "batch": B, "kv_bucket": 256, "capture_s": round(capture_s, 1),
-             "graph_gpu_ms": round(gpu_ms(graph.replay), 3),
-             "step_wall_ms": round(wall_ms(lambda: g.step(slots, toks, pos, 240)), 3),
-             "rel_err_vs_first": float((logits - ref).norm() / ref.norm()),
-             "argmax_agree": float((logits.argmax(-1) == ref.argmax(-1)).float().mean())}
+        r = {
+            "variant": name,
+            "batch": B,
+            "kv_bucket": 256,
+            "capture_s": round(capture_s, 1),
+            "graph_gpu_ms": round(gpu_ms(graph.replay), 3),
+            "step_wall_ms": round(wall_ms(lambda g=g: g.step(slots, toks, pos, 240)), 3),
+            "rel_err_vs_first": float((logits - ref).norm() / ref.norm()),
+            "argmax_agree": float((logits.argmax(-1) == ref.argmax(-1)).float().mean()),
+        }
         rows.append(r)
         print(json.dumps(r), flush=True)
         del g, graph
@@ -122,9 +128,12 @@ for n in (1, 4, 16):
     positions = torch.arange(128, device=dev).expand(n, 128)
     last = torch.full((n,), 127, device=dev)
     prompts = tokens.tolist()
-    r = {"prompts": n, "tokens": 128,
-         "eager_wall_ms": round(wall_ms(lambda: m.forward_eager(tokens, slots, positions, last, 128), n=10), 3),
-         "graph_wall_ms": round(wall_ms(lambda: pg.run(prompts, list(range(n))), n=10), 3)}
+    r = {
+        "prompts": n,
+        "tokens": 128,
+        "eager_wall_ms": round(wall_ms(lambda: m.forward_eager(tokens, slots, positions, last, 128), n=10), 3),
+        "graph_wall_ms": round(wall_ms(lambda: pg.run(prompts, list(range(n))), n=10), 3),
+    }
     pre.append(r)
     print(json.dumps(r), flush=True)
 results["prefill"] = pre  # (pg stays alive: freeing its graphs while others are captured breaks the capture)
@@ -151,15 +160,28 @@ def timed(obj, name):
 timed(m.graphs, "step")
 eng_rows = []
 for conc in (64, 128):
-    engine = Engine(m, None, prefill_token_budget=2048, skip_special_tokens=True, max_waiting=1 << 20,
-                    request_timeout_s=float("inf"), stream_interval_s=0.0, cancel_poll_s=0.1)
+    engine = Engine(
+        m,
+        None,
+        prefill_token_budget=2048,
+        skip_special_tokens=True,
+        max_waiting=1 << 20,
+        request_timeout_s=float("inf"),
+        stream_interval_s=0.0,
+        cancel_poll_s=0.1,
+    )
     for name in ("_prefill", "_decode", "_accept", "_drop_cancelled", "_admit"):
         timed(engine, name)
     done = [0]
 
     def submit():
-        engine.submit(Sequence(prompt=torch.randint(0, m.cfg.vocab_size, (128,)).tolist(),
-                               params=SamplingParams(max_new_tokens=128), on_output=on_output))
+        engine.submit(
+            Sequence(
+                prompt=torch.randint(0, m.cfg.vocab_size, (128,)).tolist(),
+                params=SamplingParams(max_new_tokens=128),
+                on_output=on_output,
+            )
+        )
 
     def on_output(seq, tokens, lps, finished, reason):
         if finished:
@@ -176,9 +198,13 @@ for conc in (64, 128):
     for _ in range(n):
         engine.step()
     wall = time.perf_counter() - t0
-    r = {"streams": conc, "steps": n, "ms_per_step": round(wall / n * 1e3, 3),
-         "output_tok_per_s": round((engine.stats.generated_tokens - gen0) / wall, 1),
-         **{f"{k}_ms_per_step": round(v / n * 1e3, 3) for k, v in sorted(spent.items())}}
+    r = {
+        "streams": conc,
+        "steps": n,
+        "ms_per_step": round(wall / n * 1e3, 3),
+        "output_tok_per_s": round((engine.stats.generated_tokens - gen0) / wall, 1),
+        **{f"{k}_ms_per_step": round(v / n * 1e3, 3) for k, v in sorted(spent.items())},
+    }
     eng_rows.append(r)
     print(json.dumps(r), flush=True)
 results["engine"] = eng_rows

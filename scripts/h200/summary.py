@@ -13,12 +13,14 @@ for f in sorted(work.glob("*/results.json")):
         continue
     for run in json.loads(f.read_text())["runs"]:
         s = run["summary"]
-        print(f"| {f.parent.name} | {run['target']} | {run['load']} | {s['output_tokens_per_s']:,.0f} | "
-              f"{s['ttft_ms']['p50']} | {s['itl_ms']['p50']} | {s['errors']} |")
+        print(
+            f"| {f.parent.name} | {run['target']} | {run['load']} | {s['output_tokens_per_s']:,.0f} | "
+            f"{s['ttft_ms']['p50']} | {s['itl_ms']['p50']} | {s['errors']} |"
+        )
 for name in ("profile.json", "hf.json"):
     if (work / name).exists():
         print(f"\n{name}:")
         doc = json.loads((work / name).read_text())
-        for section in (doc.values() if isinstance(doc, dict) else [doc]):
+        for section in doc.values() if isinstance(doc, dict) else [doc]:
             for row in section if isinstance(section, list) else []:
                 print(" ", json.dumps(row))

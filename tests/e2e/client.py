@@ -17,10 +17,14 @@ def generate(server, body: dict, model: str = "ensemble", timeout: float = 120) 
 
 def generate_stream(server, body: dict, model: str = "ensemble", timeout: float = 120) -> list[dict]:
     """All SSE events of one generate_stream call, parsed."""
-    with requests.post(f"http://{server.http}/v2/models/{model}/generate_stream", json={**body, "stream": True},
-                       stream=True, timeout=timeout) as r:
+    with requests.post(
+        f"http://{server.http}/v2/models/{model}/generate_stream",
+        json={**body, "stream": True},
+        stream=True,
+        timeout=timeout,
+    ) as r:
         r.raise_for_status()
-        return [json.loads(line[len(b"data: "):]) for line in r.iter_lines() if line.startswith(b"data: ")]
+        return [json.loads(line[len(b"data: ") :]) for line in r.iter_lines() if line.startswith(b"data: ")]
 
 
 def grpc_inputs(prompt: str, max_tokens: int, **extra) -> list:
@@ -33,8 +37,9 @@ def grpc_stream(server, prompt: str, max_tokens: int, timeout: float = 120, **ex
     client = grpcclient.InferenceServerClient(server.grpc)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
-        client.async_stream_infer("ensemble", grpc_inputs(prompt, max_tokens, stream=True, **extra),
-                                  enable_empty_final_response=True)
+        client.async_stream_infer(
+            "ensemble", grpc_inputs(prompt, max_tokens, stream=True, **extra), enable_empty_final_response=True
+        )
         pieces = []
         while True:
             result, error = results.get(timeout=timeout)
@@ -43,7 +48,10 @@ def grpc_stream(server, prompt: str, max_tokens: int, timeout: float = 120, **ex
             response = result.get_response()
             if response.outputs:
                 pieces.append(result.as_numpy("text_output").reshape(-1)[0].decode())
-            if response.parameters.get("triton_final_response") and response.parameters["triton_final_response"].bool_param:
+            if (
+                response.parameters.get("triton_final_response")
+                and response.parameters["triton_final_response"].bool_param
+            ):
                 return pieces
     finally:
         client.stop_stream()

@@ -13,12 +13,35 @@ pytestmark = pytest.mark.e2e
 
 def test_bench_smoke(tiny_server, tmp_path):
     out = tmp_path / "bench"
-    rc = bench_main([
-        "--url", tiny_server.grpc, "--http-url", tiny_server.http,
-        "--targets", "ensemble,ensemble-http,tensorrt_llm,engine", "--spec", str(ROOT / "specs/tiny.yaml"),
-        "--concurrency", "1,4", "--input-len", "16", "--output-len", "8", "--duration", "2", "--warmup", "2",
-        "--engine-max-slots", "4", "--num-prompts", "16", "--no-progress", "--out", str(out),
-    ])
+    rc = bench_main(
+        [
+            "--url",
+            tiny_server.grpc,
+            "--http-url",
+            tiny_server.http,
+            "--targets",
+            "ensemble,ensemble-http,tensorrt_llm,engine",
+            "--spec",
+            str(ROOT / "specs/tiny.yaml"),
+            "--concurrency",
+            "1,4",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--duration",
+            "2",
+            "--warmup",
+            "2",
+            "--engine-max-slots",
+            "4",
+            "--num-prompts",
+            "16",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     for name in ("results.json", "results.csv", "throughput.png", "latency.png"):
         assert (out / name).stat().st_size > 0, name
@@ -36,9 +59,27 @@ def test_bench_smoke(tiny_server, tmp_path):
 
 def test_rate_mode(tiny_server, tmp_path):
     out = tmp_path / "rate"
-    rc = bench_main(["--url", tiny_server.grpc, "--spec", str(ROOT / "specs/tiny.yaml"), "--request-rate", "4",
-                     "--input-len", "16", "--output-len", "4", "--requests", "6", "--warmup", "1",
-                     "--no-progress", "--out", str(out)])
+    rc = bench_main(
+        [
+            "--url",
+            tiny_server.grpc,
+            "--spec",
+            str(ROOT / "specs/tiny.yaml"),
+            "--request-rate",
+            "4",
+            "--input-len",
+            "16",
+            "--output-len",
+            "4",
+            "--requests",
+            "6",
+            "--warmup",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["runs"][0]["mode"] == "rate" and doc["runs"][0]["summary"]["completed"] == 6

@@ -25,8 +25,9 @@ def test_generate_returns_text_output(layout_server):
 
 
 def test_upstream_readme_form(layout_server):
-    r = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 20, "bad_words": "",
-                               "stop_words": ""})
+    r = generate(
+        layout_server, {"text_input": "What is machine learning?", "max_tokens": 20, "bad_words": "", "stop_words": ""}
+    )
     assert r.status_code == 200, r.text
     assert "text_output" in r.json()
 
@@ -64,7 +65,9 @@ def test_exclude_input_in_output(layout_server):
     with_prompt = generate(layout_server, {**body, "exclude_input_in_output": False}).json()["text_output"]
     assert not default.startswith(prompt)
     assert with_prompt == prompt + default
-    streamed = "".join(e["text_output"] for e in generate_stream(layout_server, {**body, "exclude_input_in_output": False}))
+    streamed = "".join(
+        e["text_output"] for e in generate_stream(layout_server, {**body, "exclude_input_in_output": False})
+    )
     assert streamed == with_prompt
 
 
@@ -80,7 +83,7 @@ def test_stop_words_end_generation_and_never_appear(layout_server):
     body = {"text_input": "Write anything.", "max_tokens": 64, "min_tokens": 64}
     full = generate(layout_server, body).json()["text_output"]
     # Pick a stop string from the middle of the greedy output: generation must end right before it.
-    stop = full[len(full) // 2: len(full) // 2 + 3]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
     assert len(stop.strip()) > 0
     cut = generate(layout_server, {"text_input": "Write anything.", "max_tokens": 64, "stop_words": [stop]})
     text = cut.json()["text_output"]
@@ -89,8 +92,12 @@ def test_stop_words_end_generation_and_never_appear(layout_server):
     assert len(text) <= full.index(stop)
     # The engine stopped spending work: fewer tokens were generated than max_tokens.
     assert len(cut.json()["output_log_probs"]) < 64
-    streamed = "".join(e["text_output"] for e in generate_stream(
-        layout_server, {"text_input": "Write anything.", "max_tokens": 64, "stop_words": [stop]}))
+    streamed = "".join(
+        e["text_output"]
+        for e in generate_stream(
+            layout_server, {"text_input": "Write anything.", "max_tokens": 64, "stop_words": [stop]}
+        )
+    )
     assert streamed == text
 
 
@@ -111,8 +118,11 @@ def test_token_level_tutorial_client(layout_server):
     client = httpclient.InferenceServerClient(layout_server.http)
     ids = np.array([[1, 504, 3458, 314, 260]], dtype=np.int32)
     inputs = []
-    for name, arr in (("input_ids", ids), ("input_lengths", np.array([[ids.shape[1]]], dtype=np.int32)),
-                      ("request_output_len", np.array([[6]], dtype=np.int32))):
+    for name, arr in (
+        ("input_ids", ids),
+        ("input_lengths", np.array([[ids.shape[1]]], dtype=np.int32)),
+        ("request_output_len", np.array([[6]], dtype=np.int32)),
+    ):
         t = httpclient.InferInput(name, list(arr.shape), "INT32")
         t.set_data_from_numpy(arr)
         inputs.append(t)
@@ -140,6 +150,7 @@ def test_sixteen_concurrent_streams_complete_and_batch(layout_server):
         streamed = dict(zip(prompts, pool.map(lambda p: "".join(grpc_stream(layout_server, p, 32)), prompts)))
     assert streamed == expected
     import time
+
     time.sleep(1.2)  # metrics publish every 0.5 s
     assert _metric(layout_server, "llmserve_batch_size_max") > 1
     assert _metric(layout_server, "llmserve_batched_decode_steps_total") > before
@@ -158,12 +169,17 @@ def test_health_and_metrics(layout_server):
         assert requests.get(base + path, timeout=10).status_code == 200, path
     generate(layout_server, {"text_input": "warm", "max_tokens": 2})
     import time
+
     time.sleep(1.2)
     text = requests.get(layout_server.metrics, timeout=10).text
     for model in ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing"):
         assert f'nv_inference_request_success{{model="{model}"' in text, model
-    for name in ("llmserve_requests_running", "llmserve_requests_waiting", "llmserve_generated_tokens_total",
-                 "llmserve_kv_cache_utilization"):
+    for name in (
+        "llmserve_requests_running",
+        "llmserve_requests_waiting",
+        "llmserve_generated_tokens_total",
+        "llmserve_kv_cache_utilization",
+    ):
         assert name in text, name
 
 
@@ -183,9 +199,11 @@ def test_stream_that_ends_before_any_token_still_answers(layout_server):
     ids = load_fast(ROOT / "build/checkpoints/tiny-random-llama").encode("Hi").ids
     client = httpclient.InferenceServerClient(layout_server.http)
     inputs = []
-    for name, arr in (("input_ids", np.array([ids], dtype=np.int32)),
-                      ("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
-                      ("request_output_len", np.array([[1]], dtype=np.int32))):
+    for name, arr in (
+        ("input_ids", np.array([ids], dtype=np.int32)),
+        ("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
+        ("request_output_len", np.array([[1]], dtype=np.int32)),
+    ):
         t = httpclient.InferInput(name, list(arr.shape), "INT32")
         t.set_data_from_numpy(arr)
         inputs.append(t)

@@ -28,7 +28,7 @@ from .client import grpc_inputs
 pytestmark = pytest.mark.e2e
 
 SPEC = ROOT / "specs" / "tiny.yaml"
-FAULT = '''
+FAULT = """
 
 # --- added by tests/e2e/test_logs.py: an engine step that raises -------------------------------------
 from llmserve.engine import engine as _fault_engine  # noqa: E402
@@ -43,7 +43,7 @@ def _prefill_with_fault(self, seqs):
 
 
 _fault_engine.Engine._prefill = _prefill_with_fault
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +83,12 @@ def test_a_failed_engine_step_shows_its_traceback_in_tritonservers_log(stack):
     client = grpcclient.InferenceServerClient(server.grpc)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
-        client.async_stream_infer("ensemble", grpc_inputs("hello", 4, stream=True), request_id="inject-fault-1",
-                                  enable_empty_final_response=True)
+        client.async_stream_infer(
+            "ensemble",
+            grpc_inputs("hello", 4, stream=True),
+            request_id="inject-fault-1",
+            enable_empty_final_response=True,
+        )
         _, error = results.get(timeout=120)
     finally:
         client.stop_stream()
@@ -93,19 +97,24 @@ def test_a_failed_engine_step_shows_its_traceback_in_tritonservers_log(stack):
     text = _wait_for(server.log, ["engine step failed", "RuntimeError: injected fault for the log test"])
     line = next(line for line in text.splitlines() if "engine step failed" in line)
     assert "inject-fault-1" in line and "[llmserve.engine.engine]" in line, line
-    after = text[text.index(line):]
+    after = text[text.index(line) :]
     assert "Traceback" in after and "_prefill_with_fault" in after  # the traceback, with the frame that raised
     # The server still serves: one failed step is not fatal.
-    r = requests.post(f"http://{server.http}/v2/models/ensemble/generate", json={"text_input": "hi", "max_tokens": 2},
-                      timeout=120)
+    r = requests.post(
+        f"http://{server.http}/v2/models/ensemble/generate", json={"text_input": "hi", "max_tokens": 2}, timeout=120
+    )
     assert r.status_code == 200, r.text
 
 
 def test_one_request_id_from_the_frontend_to_tritonserver(stack):
     server, frontend = stack
     rid = f"logs-e2e-{uuid.uuid4().hex[:12]}"
-    r = requests.post(f"http://127.0.0.1:{frontend.port}/v1/completions", headers={"X-Request-Id": rid},
-                      json={"model": load_spec(SPEC).name, "prompt": "Hello", "max_tokens": 4}, timeout=120)
+    r = requests.post(
+        f"http://127.0.0.1:{frontend.port}/v1/completions",
+        headers={"X-Request-Id": rid},
+        json={"model": load_spec(SPEC).name, "prompt": "Hello", "max_tokens": 4},
+        timeout=120,
+    )
     assert r.status_code == 200, r.text
     assert r.headers["x-request-id"] == rid
     front = _wait_for(frontend.log_path, [f"[{rid}] POST /v1/completions 200"])

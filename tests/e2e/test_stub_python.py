@@ -50,7 +50,7 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 
 # What the tensorrt_llm adapter does, without the engine: execute() hands a StreamSender to a
 # worker thread, which sends the token-level outputs of every chunk (pipeline/engine_service.py).
-MODEL = textwrap.dedent('''
+MODEL = textwrap.dedent("""
     import json
     import queue
     import threading
@@ -91,14 +91,17 @@ MODEL = textwrap.dedent('''
                 n = int(pb_utils.get_input_tensor_by_name(request, "n").as_numpy()[0])
                 self.work.put((StreamSender(pb_utils, request), n))
             return None
-''')
+""")
 
 
 def _stub_version() -> str | None:
     if not STUB_PYTHON.exists():
         return None
-    out = subprocess.run([str(STUB_PYTHON), "-c", "import sys, numpy; print('%d.%d' % sys.version_info[:2])"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [str(STUB_PYTHON), "-c", "import sys, numpy; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip() if out.returncode == 0 else None
 
 
@@ -117,8 +120,9 @@ def py312_server(tmp_path_factory):
     saved = os.environ.get("LLMSERVE_STUB_PYTHON")
     os.environ["LLMSERVE_STUB_PYTHON"] = str(STUB_PYTHON)
     try:
-        proc = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10,
-                             log_path=log)
+        proc = TritonProcess(
+            repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10, log_path=log
+        )
     finally:
         if saved is None:
             os.environ.pop("LLMSERVE_STUB_PYTHON")

@@ -23,14 +23,20 @@ PROMPT = [1, 504, 3458, 314, 260]
 
 
 def _inputs(max_tokens=8, ids=PROMPT, **extra):
-    values = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-              "request_output_len": np.array([[max_tokens]], dtype=np.int32)}
+    values = {
+        "input_ids": np.array([ids], dtype=np.int32),
+        "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+        "request_output_len": np.array([[max_tokens]], dtype=np.int32),
+    }
     for name, v in extra.items():
-        values[name] = np.array([[v]], dtype=np.bool_ if isinstance(v, bool) else
-                                np.float32 if isinstance(v, float) else np.int32)
+        values[name] = np.array(
+            [[v]], dtype=np.bool_ if isinstance(v, bool) else np.float32 if isinstance(v, float) else np.int32
+        )
     out = []
     for name, arr in values.items():
-        t = grpcclient.InferInput(name, list(arr.shape), {"bool": "BOOL", "float32": "FP32"}.get(arr.dtype.name, "INT32"))
+        t = grpcclient.InferInput(
+            name, list(arr.shape), {"bool": "BOOL", "float32": "FP32"}.get(arr.dtype.name, "INT32")
+        )
         t.set_data_from_numpy(arr)
         out.append(t)
     return out
@@ -46,8 +52,9 @@ class Stream:
 
     def send(self, model, inputs, request_id="", outputs=None):
         req_out = [grpcclient.InferRequestedOutput(n) for n in outputs] if outputs else None
-        self.client.async_stream_infer(model, inputs, request_id=request_id, outputs=req_out,
-                                       enable_empty_final_response=True)
+        self.client.async_stream_infer(
+            model, inputs, request_id=request_id, outputs=req_out, enable_empty_final_response=True
+        )
 
     def until_final(self, request_id="", timeout=60):
         """(responses with outputs, error or None) of one request."""
@@ -109,8 +116,9 @@ def test_non_streaming_includes_the_prompt_unless_excluded(stream):
 def test_a_direct_client_gets_only_the_outputs_it_asked_for(stream, model):
     """Both models send only request.requested_output_names(): an unrequested tensor handed to a decoupled
     response sender kills a Python 3.12 stub (tests/e2e/test_stub_python.py)."""
-    stream.send(model, _inputs(4, min_tokens=4, streaming=True, return_log_probs=True), "o1",
-                ["output_ids", "sequence_length"])
+    stream.send(
+        model, _inputs(4, min_tokens=4, streaming=True, return_log_probs=True), "o1", ["output_ids", "sequence_length"]
+    )
     got, err = stream.until_final("o1")
     assert err is None and got
     assert all({o.name for o in r.get_response().outputs} == {"output_ids", "sequence_length"} for r in got)
@@ -156,8 +164,11 @@ def test_cancel_through_the_ensemble_stops_the_backend(trtllm_server):
     got: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(trtllm_server.grpc)
     client.start_stream(callback=lambda result, error: got.put((time.monotonic(), error)))
-    client.async_stream_infer("ensemble", grpc_inputs("Tell me a story.", max_out, stream=True, min_tokens=max_out),
-                              request_id=str(uuid.uuid4()))
+    client.async_stream_infer(
+        "ensemble",
+        grpc_inputs("Tell me a story.", max_out, stream=True, min_tokens=max_out),
+        request_id=str(uuid.uuid4()),
+    )
     times = []
     for _ in range(8):
         t, error = got.get(timeout=60)

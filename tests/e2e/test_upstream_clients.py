@@ -59,14 +59,17 @@ def _collect(server, model: str, requests: list, *, stop_after_first: tuple | No
 
 # --- end_to_end_grpc_client.py -> ensemble ------------------------------------------------------------
 
+
 def _e2e_grpc_inputs(prompt: str, output_len: int = 100, streaming: bool = False, **options) -> list:
     """prepare_inputs() with the script's defaults: temperature 1.0, beam_width 1, exclude_input_in_output
     always sent (False unless --exclude-input-in-output), num_return_sequences only with -n."""
-    inputs = {"text_input": np.array([[prompt]]).astype(object),
-              "max_tokens": np.ones_like([[prompt]]).astype(np.int32) * output_len,
-              "stream": np.array([[streaming]], dtype=bool),
-              "beam_width": np.array([[1]], dtype=np.int32),
-              "temperature": np.array([[1.0]], dtype=np.float32)}
+    inputs = {
+        "text_input": np.array([[prompt]]).astype(object),
+        "max_tokens": np.ones_like([[prompt]]).astype(np.int32) * output_len,
+        "stream": np.array([[streaming]], dtype=bool),
+        "beam_width": np.array([[1]], dtype=np.int32),
+        "temperature": np.array([[1.0]], dtype=np.float32),
+    }
     if options.get("stop_words"):
         inputs["stop_words"] = np.array([options["stop_words"]], dtype=object)
     if options.get("bad_words"):
@@ -82,9 +85,21 @@ def _e2e_grpc_text(server, streaming: bool, request_id: str = "", **options) -> 
     chunks appended; errors are printed by the script, so here they fail the test."""
     outputs = [grpcclient.InferRequestedOutput("text_output")]
     if options.get("return_log_probs"):
-        outputs += [grpcclient.InferRequestedOutput("cum_log_probs"), grpcclient.InferRequestedOutput("output_log_probs")]
-    got = _collect(server, "ensemble", [(_e2e_grpc_inputs("Born in north-east France, Soyer trained as a", 24,
-                                                          streaming, **options), request_id, outputs)])
+        outputs += [
+            grpcclient.InferRequestedOutput("cum_log_probs"),
+            grpcclient.InferRequestedOutput("output_log_probs"),
+        ]
+    got = _collect(
+        server,
+        "ensemble",
+        [
+            (
+                _e2e_grpc_inputs("Born in north-east France, Soyer trained as a", 24, streaming, **options),
+                request_id,
+                outputs,
+            )
+        ],
+    )
     text = ""
     for result in got:
         assert not isinstance(result, InferenceServerException), result
@@ -104,34 +119,45 @@ def test_end_to_end_grpc_client(layout_server, streaming):
     assert plain
     # temperature 1.0 alone (the script's default) is greedy, as in TensorRT-LLM: the same text again.
     assert _e2e_grpc_text(layout_server, streaming, request_id="7") == plain
-    excluded = _e2e_grpc_text(layout_server, streaming, exclude_input_in_output=True, return_log_probs=True,
-                              bad_words=["zebra"], stop_words=["unlikely stop"])
+    excluded = _e2e_grpc_text(
+        layout_server,
+        streaming,
+        exclude_input_in_output=True,
+        return_log_probs=True,
+        bad_words=["zebra"],
+        stop_words=["unlikely stop"],
+    )
     assert excluded and plain.endswith(excluded)
 
 
 # --- inflight_batcher_llm_client.py -> tensorrt_llm -------------------------------------------------
 
+
 def _ibl_inputs(output_len: int, streaming: bool) -> list:
     """prepare_inputs() with the script's defaults (--top-k 1, --top-p 0, --temperature 1.0, end/pad id
     from the tokenizer)."""
-    return [_tensor("input_ids", np.array([PROMPT_IDS], dtype=np.int32)),
-            _tensor("input_lengths", np.array([[len(PROMPT_IDS)]], dtype=np.int32)),
-            _tensor("request_output_len", np.array([[output_len]], dtype=np.int32)),
-            _tensor("beam_width", np.array([[1]], dtype=np.int32)),
-            _tensor("temperature", np.array([[1.0]], dtype=np.float32)),
-            _tensor("streaming", np.array([[streaming]], dtype=bool)),
-            _tensor("end_id", np.array([[2]], dtype=np.int32)),
-            _tensor("pad_id", np.array([[2]], dtype=np.int32)),
-            _tensor("runtime_top_k", np.array([[1]], dtype=np.int32)),
-            _tensor("runtime_top_p", np.array([[0.0]], dtype=np.float32))]
+    return [
+        _tensor("input_ids", np.array([PROMPT_IDS], dtype=np.int32)),
+        _tensor("input_lengths", np.array([[len(PROMPT_IDS)]], dtype=np.int32)),
+        _tensor("request_output_len", np.array([[output_len]], dtype=np.int32)),
+        _tensor("beam_width", np.array([[1]], dtype=np.int32)),
+        _tensor("temperature", np.array([[1.0]], dtype=np.float32)),
+        _tensor("streaming", np.array([[streaming]], dtype=bool)),
+        _tensor("end_id", np.array([[2]], dtype=np.int32)),
+        _tensor("pad_id", np.array([[2]], dtype=np.int32)),
+        _tensor("runtime_top_k", np.array([[1]], dtype=np.int32)),
+        _tensor("runtime_top_p", np.array([[0.0]], dtype=np.float32)),
+    ]
 
 
 def _ibl_stop_inputs() -> list:
     """prepare_stop_signals(): input_ids is np.empty (any value), input_lengths and request_output_len 0."""
-    return [_tensor("input_ids", np.empty([1, 1], dtype=np.int32)),
-            _tensor("input_lengths", np.zeros([1, 1], dtype=np.int32)),
-            _tensor("request_output_len", np.array([[0]], dtype=np.int32)),
-            _tensor("stop", np.array([[True]], dtype="bool"))]
+    return [
+        _tensor("input_ids", np.empty([1, 1], dtype=np.int32)),
+        _tensor("input_lengths", np.zeros([1, 1], dtype=np.int32)),
+        _tensor("request_output_len", np.array([[0]], dtype=np.int32)),
+        _tensor("stop", np.array([[True]], dtype="bool")),
+    ]
 
 
 def test_inflight_batcher_llm_client_streaming_stop_request(layout_server):
@@ -141,8 +167,12 @@ def test_inflight_batcher_llm_client_streaming_stop_request(layout_server):
     appends output_ids[0][0] of every response whose sequence_length[0][0] > 0, and asserts fewer
     tokens than requested; a response without output_ids is the stop's ("Got cancellation response")."""
     output_len = 200
-    got = _collect(layout_server, "tensorrt_llm", [(_ibl_inputs(output_len, True), "7", None)],
-                   stop_after_first=(_ibl_stop_inputs(), "7", {"Streaming": True}))
+    got = _collect(
+        layout_server,
+        "tensorrt_llm",
+        [(_ibl_inputs(output_len, True), "7", None)],
+        stop_after_first=(_ibl_stop_inputs(), "7", {"Streaming": True}),
+    )
     tokens = []
     for result in got:
         if isinstance(result, InferenceServerException):
@@ -162,19 +192,27 @@ def test_inflight_batcher_llm_client_unary_stop_request(layout_server):
     client = grpcclient.InferenceServerClient(layout_server.grpc)
     main: queue.Queue = queue.Queue()
     stops: queue.Queue = queue.Queue()
-    client.async_infer("tensorrt_llm_unary", _ibl_inputs(200, False),
-                       callback=lambda result, error: main.put(error or result),
-                       request_id="8", parameters={"Streaming": False})
+    client.async_infer(
+        "tensorrt_llm_unary",
+        _ibl_inputs(200, False),
+        callback=lambda result, error: main.put(error or result),
+        request_id="8",
+        parameters={"Streaming": False},
+    )
     sent = 0
     while main.empty():
-        client.async_infer("tensorrt_llm_unary", _ibl_stop_inputs(),
-                           callback=lambda result, error: stops.put(error or result),
-                           request_id="8", parameters={"Streaming": False})
+        client.async_infer(
+            "tensorrt_llm_unary",
+            _ibl_stop_inputs(),
+            callback=lambda result, error: stops.put(error or result),
+            request_id="8",
+            parameters={"Streaming": False},
+        )
         sent += 1
         time.sleep(0.05)
     answer = main.get(timeout=120)
     assert not isinstance(answer, InferenceServerException), answer
-    generated = list(answer.as_numpy("output_ids")[0][0])[len(PROMPT_IDS):]
+    generated = list(answer.as_numpy("output_ids")[0][0])[len(PROMPT_IDS) :]
     assert len(generated) < 200
     for _ in range(sent):
         stop = stops.get(timeout=120)
@@ -201,17 +239,20 @@ def test_inflight_batcher_llm_client_stop_via_request_cancel(layout_server):
 
 # --- benchmark_core_model.py -i grpc --decoupled -> tensorrt_llm --------------------------------------
 
+
 def test_benchmark_core_model_grpc_decoupled(layout_server):
     """benchmark_core_model.py -i grpc --decoupled token-norm-dist ... (TensorRT-LLM triton_backend
     0249976): input_ids, input_lengths, request_output_len, pad_id 0 and end_id 1 when no tokenizer,
     request ids "0", "1", ... on one stream; every response without error."""
     requests = []
     for i in range(4):
-        inputs = [_tensor("input_ids", np.array([PROMPT_IDS[: 2 + i]], dtype=np.int32)),
-                  _tensor("input_lengths", np.array([[2 + i]], dtype=np.int32)),
-                  _tensor("request_output_len", np.ones_like([[1]]).astype(np.int32) * 8),
-                  _tensor("pad_id", np.ones_like([[1]]).astype(np.int32) * 0),
-                  _tensor("end_id", np.ones_like([[1]]).astype(np.int32) * 1)]
+        inputs = [
+            _tensor("input_ids", np.array([PROMPT_IDS[: 2 + i]], dtype=np.int32)),
+            _tensor("input_lengths", np.array([[2 + i]], dtype=np.int32)),
+            _tensor("request_output_len", np.ones_like([[1]]).astype(np.int32) * 8),
+            _tensor("pad_id", np.ones_like([[1]]).astype(np.int32) * 0),
+            _tensor("end_id", np.ones_like([[1]]).astype(np.int32) * 1),
+        ]
         requests.append((inputs, str(i), None))
     got = _collect(layout_server, "tensorrt_llm", requests)
     assert got and not any(isinstance(r, InferenceServerException) for r in got)
@@ -220,13 +261,17 @@ def test_benchmark_core_model_grpc_decoupled(layout_server):
 
 # --- request bodies from upstream's docs on the HTTP generate endpoint --------------------------------
 
-@pytest.mark.parametrize("key, value, words", [
-    ("random_seed", 42, "send 'seed'"),
-    ("min_length", 4, "send 'min_tokens'"),
-    ("length_penalty", 1.0, "beam search only"),
-    ("num_return_sequences", 2, "one sequence per request"),
-    ("tempreature", 0.5, "unknown request field"),
-])
+
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("random_seed", 42, "send 'seed'"),
+        ("min_length", 4, "send 'min_tokens'"),
+        ("length_penalty", 1.0, "beam search only"),
+        ("num_return_sequences", 2, "one sequence per request"),
+        ("tempreature", 0.5, "unknown request field"),
+    ],
+)
 def test_unknown_or_old_generate_keys_are_400_naming_them(layout_server, key, value, words):
     """Triton's generate endpoint turns JSON keys that are not inputs into request parameters:
     preprocessing refuses every one, naming it (they used to be ignored in silence)."""
@@ -240,28 +285,37 @@ def test_temperature_alone_and_zero_top_k_top_p_are_greedy(layout_server):
     body = {"text_input": "Once upon a time", "max_tokens": 24}
     greedy = generate(layout_server, body).json()["text_output"]
     assert generate(layout_server, {**body, "temperature": 1.0}).json()["text_output"] == greedy
-    assert generate(layout_server, {**body, "temperature": 1.0, "top_k": 0, "top_p": 0.0}).json()["text_output"] == greedy
-    sampled = {generate(layout_server, {**body, "temperature": 1.0, "top_p": 1.0, "seed": s}).json()["text_output"]
-               for s in (1, 2, 3)}
+    assert (
+        generate(layout_server, {**body, "temperature": 1.0, "top_k": 0, "top_p": 0.0}).json()["text_output"] == greedy
+    )
+    sampled = {
+        generate(layout_server, {**body, "temperature": 1.0, "top_p": 1.0, "seed": s}).json()["text_output"]
+        for s in (1, 2, 3)
+    }
     assert sampled != {greedy}, "with a top_p the request samples"
 
 
 def test_the_request_id_key_is_not_a_parameter(layout_server):
-    """"id" is the generate endpoint's request id (cancel-by-id uses it), not a request parameter."""
+    """ "id" is the generate endpoint's request id (cancel-by-id uses it), not a request parameter."""
     r = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "id": "req-1"})
     assert r.status_code == 200, r.text
 
 
 def test_the_unary_twin_refuses_unknown_generate_keys_too(layout_server):
-    r = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "random_seed": 1},
-                 model="ensemble_unary")
+    r = generate(
+        layout_server,
+        {"text_input": "What is machine learning?", "max_tokens": 4, "random_seed": 1},
+        model="ensemble_unary",
+    )
     assert r.status_code == 400 and "random_seed" in r.json()["error"], r.text
-    ok = generate(layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "id": "u-1"},
-                  model="ensemble_unary")
+    ok = generate(
+        layout_server, {"text_input": "What is machine learning?", "max_tokens": 4, "id": "u-1"}, model="ensemble_unary"
+    )
     assert ok.status_code == 200, ok.text
 
 
 # --- end_to_end_test.py -> preprocessing, tensorrt_llm, postprocessing, ensemble ----------------------
+
 
 def _http_tensor(name: str, arr: np.ndarray) -> httpclient.InferInput:
     """end_to_end_test.py's default protocol is HTTP (utils.prepare_tensor)."""
@@ -279,27 +333,49 @@ def test_end_to_end_test_functionality(layout_server):
     for i, (prompt, output_len) in enumerate([("Summarize: the cat sat on the mat.", 12), ("Translate: bonjour", 9)]):
         input0 = [[prompt]]
         output0_len = np.ones_like(input0).astype(np.int32) * output_len
-        result = client.infer("preprocessing", [
-            _http_tensor("QUERY", np.array(input0).astype(object)),
-            _http_tensor("BAD_WORDS_DICT", np.array([[""]], dtype=object)),
-            _http_tensor("STOP_WORDS_DICT", np.array([[""]], dtype=object)),
-            _http_tensor("REQUEST_OUTPUT_LEN", output0_len)], request_id=str(i))
+        result = client.infer(
+            "preprocessing",
+            [
+                _http_tensor("QUERY", np.array(input0).astype(object)),
+                _http_tensor("BAD_WORDS_DICT", np.array([[""]], dtype=object)),
+                _http_tensor("STOP_WORDS_DICT", np.array([[""]], dtype=object)),
+                _http_tensor("REQUEST_OUTPUT_LEN", output0_len),
+            ],
+            request_id=str(i),
+        )
         names = ("INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "DECODER_INPUT_ID", "OUT_END_ID", "OUT_PAD_ID")
         ids, in_len, out_len, decoder_ids, end_id, pad_id = (result.as_numpy(n) for n in names)
         assert all(a is not None for a in (ids, in_len, out_len, decoder_ids, end_id, pad_id))
-        result = client.infer("tensorrt_llm_unary", [
-            _http_tensor("input_ids", ids), _http_tensor("decoder_input_ids", decoder_ids),
-            _http_tensor("input_lengths", in_len), _http_tensor("request_output_len", out_len),
-            _http_tensor("end_id", end_id), _http_tensor("pad_id", pad_id)], request_id=str(i))
+        result = client.infer(
+            "tensorrt_llm_unary",
+            [
+                _http_tensor("input_ids", ids),
+                _http_tensor("decoder_input_ids", decoder_ids),
+                _http_tensor("input_lengths", in_len),
+                _http_tensor("request_output_len", out_len),
+                _http_tensor("end_id", end_id),
+                _http_tensor("pad_id", pad_id),
+            ],
+            request_id=str(i),
+        )
         output_ids = result.as_numpy("output_ids").astype(np.int32)
         seq_lengths = result.as_numpy("sequence_length")
-        result = client.infer("postprocessing", [_http_tensor("TOKENS_BATCH", output_ids),
-                                                 _http_tensor("SEQUENCE_LENGTH", seq_lengths)], request_id=str(i))
+        result = client.infer(
+            "postprocessing",
+            [_http_tensor("TOKENS_BATCH", output_ids), _http_tensor("SEQUENCE_LENGTH", seq_lengths)],
+            request_id=str(i),
+        )
         output0 = result.as_numpy("OUTPUT")
-        result = client.infer("ensemble_unary", [
-            _http_tensor("text_input", np.array(input0).astype(object)), _http_tensor("max_tokens", output0_len),
-            _http_tensor("bad_words", np.array([[""]], dtype=object)),
-            _http_tensor("stop_words", np.array([[""]], dtype=object))],
-            outputs=[httpclient.InferRequestedOutput("text_output")], request_id=str(i))
+        result = client.infer(
+            "ensemble_unary",
+            [
+                _http_tensor("text_input", np.array(input0).astype(object)),
+                _http_tensor("max_tokens", output0_len),
+                _http_tensor("bad_words", np.array([[""]], dtype=object)),
+                _http_tensor("stop_words", np.array([[""]], dtype=object)),
+            ],
+            outputs=[httpclient.InferRequestedOutput("text_output")],
+            request_id=str(i),
+        )
         ensemble_output = result.as_numpy("text_output")
         assert output0 == ensemble_output

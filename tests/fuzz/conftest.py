@@ -19,7 +19,10 @@ class Target:
 @pytest.fixture(scope="session")
 def fuzz_target(request) -> Target:
     if os.environ.get("LLMSERVE_FUZZ_HTTP"):
-        return Target(os.environ["LLMSERVE_FUZZ_HTTP"], os.environ.get("LLMSERVE_FUZZ_GRPC", ""),
-                      os.environ.get("LLMSERVE_FUZZ_LOG"))
+        return Target(
+            os.environ["LLMSERVE_FUZZ_HTTP"],
+            os.environ.get("LLMSERVE_FUZZ_GRPC", ""),
+            os.environ.get("LLMSERVE_FUZZ_LOG"),
+        )
     server = request.getfixturevalue("tiny_server")
     return Target(server.http, server.grpc, str(server.log))

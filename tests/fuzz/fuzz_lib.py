@@ -30,7 +30,8 @@ import requests
 # Messages Triton 2.51's HTTP frontend (http_server.cc) answers with HTTP 500 before any model
 # runs. Only these count as "known upstream"; any other 500 fails the test.
 TRITON_FRONTEND_500 = [
-    re.compile(p) for p in (
+    re.compile(p)
+    for p in (
         r"^failed to parse the request JSON buffer: ",
         r"^Unable to parse 'data': attempt to access JSON ",
         r"^Unable to parse JSON bytes array: ",
@@ -42,28 +43,64 @@ TRITON_FRONTEND_500 = [
 ]
 # Our validation errors as they come out of the ensemble: "in ensemble 'ensemble', <field>: ..."
 OURS = re.compile(r"(?:in ensemble '[\w]+', )?(?:invalid )?([a-z_]+): (.+)", re.S)
-FIELDS = {"text_input", "max_tokens", "stop_words", "bad_words", "stream", "exclude_input_in_output",
-          "return_log_probs", "apply_chat_template", "end_id", "pad_id", "top_k", "min_tokens", "beam_width",
-          "temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
-          # the token-level edge (tensorrt_llm and its unary twin)
-          "input_ids", "input_lengths", "request_output_len", "runtime_top_k", "runtime_top_p", "streaming",
-          "stop_words_list", "bad_words_list", "stop"}
-TRITON_400 = [re.compile(p) for p in (
-    # Triton core input checks (shape, batch size, missing/unknown input, dtype), possibly relayed by
-    # the ensemble ("in ensemble 'ensemble', [request id: 105] ...").
-    r"^(in ensemble '[^']*', )?\[request id: [^\]]*\] ",
-    r"request has 0 inputs",  # a request with no inputs at all (every ensemble input is optional)
-    # The same core checks as they arrive on a gRPC stream (no request-id prefix there).
-    r"^unexpected inference input '", r"^expected number of inputs between", r"^unexpected shape for input",
-    r"^inference input '[^']*' data-type is", r"^input '[^']*' batch size does not match",
-    r"^unexpected explicit tensor data for input", r"^input byte size mismatch", r"^inference request batch-size must be",
-    r"^unable to find string length", r"^expected \d+ string elements", r"^element byte size indicates",
-    r"^unexpected number of string elements", r"^input '[^']*' has no shape",
-    r"incomplete string data for inference input",
-    r"^Converting keyword: ",
-    r"unexpected (datatype|shape)",
-    r"^Request for unknown model",
-)]
+FIELDS = {
+    "text_input",
+    "max_tokens",
+    "stop_words",
+    "bad_words",
+    "stream",
+    "exclude_input_in_output",
+    "return_log_probs",
+    "apply_chat_template",
+    "end_id",
+    "pad_id",
+    "top_k",
+    "min_tokens",
+    "beam_width",
+    "temperature",
+    "top_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    # the token-level edge (tensorrt_llm and its unary twin)
+    "input_ids",
+    "input_lengths",
+    "request_output_len",
+    "runtime_top_k",
+    "runtime_top_p",
+    "streaming",
+    "stop_words_list",
+    "bad_words_list",
+    "stop",
+}
+TRITON_400 = [
+    re.compile(p)
+    for p in (
+        # Triton core input checks (shape, batch size, missing/unknown input, dtype), possibly relayed by
+        # the ensemble ("in ensemble 'ensemble', [request id: 105] ...").
+        r"^(in ensemble '[^']*', )?\[request id: [^\]]*\] ",
+        r"request has 0 inputs",  # a request with no inputs at all (every ensemble input is optional)
+        # The same core checks as they arrive on a gRPC stream (no request-id prefix there).
+        r"^unexpected inference input '",
+        r"^expected number of inputs between",
+        r"^unexpected shape for input",
+        r"^inference input '[^']*' data-type is",
+        r"^input '[^']*' batch size does not match",
+        r"^unexpected explicit tensor data for input",
+        r"^input byte size mismatch",
+        r"^inference request batch-size must be",
+        r"^unable to find string length",
+        r"^expected \d+ string elements",
+        r"^element byte size indicates",
+        r"^unexpected number of string elements",
+        r"^input '[^']*' has no shape",
+        r"incomplete string data for inference input",
+        r"^Converting keyword: ",
+        r"unexpected (datatype|shape)",
+        r"^Request for unknown model",
+    )
+]
 
 
 FAILURES = ("server_error_ours", "timeout", "bad_answer", "error_under_200", "not_ready")
@@ -198,6 +235,7 @@ def server_log_tail(log_path, since: int = 0, n: int = 4000) -> str:
 def log_size(log_path) -> int:
     try:
         import os
+
         return os.path.getsize(log_path) if log_path else 0
     except OSError:
         return 0

@@ -35,11 +35,32 @@ EXAMPLES = examples("fuzz_grpc_examples")  # tests/durations.py
 TIMEOUT_S = 60
 
 # gRPC status -> the HTTP status Triton would use, so one classifier serves both frontends.
-GRPC_TO_HTTP = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400, "NOT_FOUND": 404,
-                "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429, "CANCELLED": 499, "UNIMPLEMENTED": 501,
-                "UNAVAILABLE": 503, "INTERNAL": 500, "UNKNOWN": 500, "DEADLINE_EXCEEDED": 504}
-DTYPES = {"BYTES": np.object_, "INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "FP64": np.float64,
-          "BOOL": np.bool_, "UINT64": np.uint64, "INT8": np.int8, "FP16": np.float16, "UINT8": np.uint8}
+GRPC_TO_HTTP = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "CANCELLED": 499,
+    "UNIMPLEMENTED": 501,
+    "UNAVAILABLE": 503,
+    "INTERNAL": 500,
+    "UNKNOWN": 500,
+    "DEADLINE_EXCEEDED": 504,
+}
+DTYPES = {
+    "BYTES": np.object_,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BOOL": np.bool_,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "FP16": np.float16,
+    "UINT8": np.uint8,
+}
 DECLARED = {t.name: ("BYTES" if t.dtype == "STRING" else t.dtype) for t in ENSEMBLE_INPUTS}
 
 INVALID_UTF8 = [b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf0\x28\x8c\x28", b"\x80abc", b"ok\xfe"]
@@ -58,7 +79,8 @@ def values(dtype: str, n: int):
         elems = st.booleans()
     elif dtype.startswith("FP"):
         elems = st.floats(allow_nan=True, allow_infinity=True, width=16 if dtype == "FP16" else 64).map(
-            lambda x: float(np.array(x).astype(np_t)) if np.isfinite(x) and abs(x) < np.finfo(np_t).max else x)
+            lambda x: float(np.array(x).astype(np_t)) if np.isfinite(x) and abs(x) < np.finfo(np_t).max else x
+        )
     else:
         info = np.iinfo(np_t)
         elems = st.one_of(st.integers(info.min, info.max), st.integers(-3, 3), st.sampled_from([info.min, info.max]))
@@ -80,15 +102,21 @@ def tensor(draw, name: str):
     data = draw(values(dtype, n)).reshape(shape)
     raw = None
     if draw(st.integers(0, 9)) == 0:  # raw bytes that disagree with the shape / BYTES framing
-        raw = draw(st.one_of(st.binary(max_size=24), st.just(struct.pack("<I", 2**31) + b"x"),
-                             st.just(struct.pack("<I", 5) + b"ab")))
+        raw = draw(
+            st.one_of(
+                st.binary(max_size=24), st.just(struct.pack("<I", 2**31) + b"x"), st.just(struct.pack("<I", 5) + b"ab")
+            )
+        )
     return name, dtype, shape, data, raw
 
 
 @st.composite
 def hostile_request(draw):
-    names = [n for n in DECLARED if n in ("text_input", "max_tokens") and draw(st.integers(0, 9))
-             or draw(st.integers(0, 4)) == 0]
+    names = [
+        n
+        for n in DECLARED
+        if n in ("text_input", "max_tokens") and draw(st.integers(0, 9)) or draw(st.integers(0, 4)) == 0
+    ]
     if draw(st.integers(0, 9)) == 0:
         names.append(draw(st.sampled_from(["unknown_input", "input_ids", "streaming", "TEXT_INPUT"])))
     return [draw(tensor(n)) for n in dict.fromkeys(names)]
@@ -96,16 +124,23 @@ def hostile_request(draw):
 
 @st.composite
 def valid_request(draw):
-    prompt = draw(st.text(alphabet=st.characters(codec="utf-8", categories=["L", "N", "Zs"]), min_size=1, max_size=20)
-                  .filter(lambda s: s.strip()))
-    req = [("text_input", "BYTES", [1, 1], np.array([[prompt.encode()]], dtype=np.object_), None),
-           ("max_tokens", "INT32", [1, 1], np.array([[draw(st.integers(1, 2))]], dtype=np.int32), None)]
+    prompt = draw(
+        st.text(alphabet=st.characters(codec="utf-8", categories=["L", "N", "Zs"]), min_size=1, max_size=20).filter(
+            lambda s: s.strip()
+        )
+    )
+    req = [
+        ("text_input", "BYTES", [1, 1], np.array([[prompt.encode()]], dtype=np.object_), None),
+        ("max_tokens", "INT32", [1, 1], np.array([[draw(st.integers(1, 2))]], dtype=np.int32), None),
+    ]
     if draw(st.booleans()):
         temperature = draw(st.one_of(st.just(0.0), st.floats(0.125, 2, width=32)))  # (0, 1e-5) is rejected
         req.append(("temperature", "FP32", [1, 1], np.array([[temperature]], dtype=np.float32), None))
     if draw(st.booleans()):
         words = draw(st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=4))
-        req.append(("stop_words", "BYTES", [1, len(words)], np.array([[w.encode() for w in words]], dtype=np.object_), None))
+        req.append(
+            ("stop_words", "BYTES", [1, len(words)], np.array([[w.encode() for w in words]], dtype=np.object_), None)
+        )
     if draw(st.booleans()):
         req.append(("seed", "UINT64", [1, 1], np.array([[draw(st.integers(0, 2**64 - 1))]], dtype=np.uint64), None))
     return req
@@ -160,8 +195,11 @@ class Stream:
                 msg = error.message() if isinstance(error, InferenceServerException) else str(error)
                 # Stream errors carry no status code: classify by message (ours name the field).
                 cat, detail = classify_error(400, msg)
-                return (cat, detail) if cat in ("invalid_ours", "invalid_triton", "server_error_ours") else (
-                    "server_error_ours", f"unexpected stream error: {msg}")
+                return (
+                    (cat, detail)
+                    if cat in ("invalid_ours", "invalid_triton", "server_error_ours")
+                    else ("server_error_ours", f"unexpected stream error: {msg}")
+                )
             response = result.get_response()
             if result.as_numpy("text_output") is not None:
                 texts += 1
@@ -173,8 +211,14 @@ class Stream:
         self.client.close()
 
 
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=fuzz_derandomize(), print_blob=True,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=fuzz_derandomize(),
+    print_blob=True,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 def _run(fuzz_target, emit, title, send):
@@ -192,8 +236,11 @@ def _run(fuzz_target, emit, title, send):
     with Alongside(fuzz_target.http) as alongside:
         run()
     emit(tally.report(f"{title} (valid alongside: {alongside.ok} ok, {len(alongside.errors)} failed)"))
-    log = "\n".join(line for line in server_log_tail(fuzz_target.log, start, 20000).splitlines()
-                    if "Traceback" in line or "Error" in line)[:3000]
+    log = "\n".join(
+        line
+        for line in server_log_tail(fuzz_target.log, start, 20000).splitlines()
+        if "Traceback" in line or "Error" in line
+    )[:3000]
     assert not tally.failures, f"{tally.failures[:5]}\nserver log:\n{log}"
     assert not alongside.errors, alongside.errors[:5]
     assert is_ready(fuzz_target.http)

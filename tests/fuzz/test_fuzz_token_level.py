@@ -37,8 +37,8 @@ def word_list(ids: list[int], offsets: list[int]) -> np.ndarray:
     width = max(len(ids), len(offsets), 1)
     out = np.full((1, 2, width), -1, dtype=np.int32)
     out[0, 0, :] = 0
-    out[0, 0, :len(ids)] = ids
-    out[0, 1, :len(offsets)] = offsets
+    out[0, 0, : len(ids)] = ids
+    out[0, 1, : len(offsets)] = offsets
     return out
 
 
@@ -46,7 +46,7 @@ def word_list(ids: list[int], offsets: list[int]) -> np.ndarray:
 def hostile_word_list(draw):
     kind = draw(st.sampled_from(["ids out of range", "offsets", "too many", "too long", "wrong shape", "random"]))
     if kind == "ids out of range":
-        bad = draw(st.sampled_from([-1, -2**31, VOCAB, 2**31 - 1]))
+        bad = draw(st.sampled_from([-1, -(2**31), VOCAB, 2**31 - 1]))
         arr = word_list([5, bad, 7], [1, 3])
     elif kind == "offsets":
         arr = word_list([5, 6, 7], draw(st.sampled_from([[3, 1], [0], [5], [2, 2], [1, 9999]])))
@@ -93,9 +93,11 @@ def _scalar(name, dtype, value):
 @st.composite
 def valid_request(draw):
     ids = draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=8))
-    req = [("input_ids", "INT32", [1, len(ids)], np.array([ids], dtype=np.int32), None),
-           _scalar("input_lengths", "INT32", len(ids)),
-           _scalar("request_output_len", "INT32", draw(st.integers(1, 3)))]
+    req = [
+        ("input_ids", "INT32", [1, len(ids)], np.array([ids], dtype=np.int32), None),
+        _scalar("input_lengths", "INT32", len(ids)),
+        _scalar("request_output_len", "INT32", draw(st.integers(1, 3))),
+    ]
     if draw(st.booleans()):
         words = draw(st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=3), min_size=1, max_size=3))
         flat = [t for w in words for t in w]
@@ -122,12 +124,18 @@ def http_infer(session, http, spec) -> tuple[str, str]:
         if dtype == "BYTES":
             flat = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in data.reshape(-1)]
         else:
-            flat = [x if np.isfinite(x) else 0 for x in data.reshape(-1).tolist()] if dtype.startswith("FP") \
+            flat = (
+                [x if np.isfinite(x) else 0 for x in data.reshape(-1).tolist()]
+                if dtype.startswith("FP")
                 else data.reshape(-1).tolist()
+            )
         inputs.append({"name": name, "shape": shape, "datatype": dtype, "data": flat})
     try:
-        r = session.post(f"http://{http}/v2/models/{ENGINE}{UNARY_SUFFIX}/infer", data=json.dumps({"inputs": inputs}),
-                         timeout=TIMEOUT_S)
+        r = session.post(
+            f"http://{http}/v2/models/{ENGINE}{UNARY_SUFFIX}/infer",
+            data=json.dumps({"inputs": inputs}),
+            timeout=TIMEOUT_S,
+        )
     except requests.Timeout as e:
         return "timeout", str(e)
     if r.status_code == 200:
@@ -148,8 +156,9 @@ class Stream:
 
     def send(self, spec) -> tuple[str, str]:
         self.n += 1
-        self.client.async_stream_infer(ENGINE, build(spec), request_id=f"fuzz-{self.n}",
-                                       enable_empty_final_response=True)
+        self.client.async_stream_infer(
+            ENGINE, build(spec), request_id=f"fuzz-{self.n}", enable_empty_final_response=True
+        )
         got = 0
         while True:
             try:
@@ -159,8 +168,11 @@ class Stream:
             if error is not None:
                 msg = error.message() if isinstance(error, InferenceServerException) else str(error)
                 cat, detail = classify_error(400, msg)
-                return (cat, detail) if cat in ("invalid_ours", "invalid_triton", "server_error_ours") else (
-                    "server_error_ours", f"unexpected stream error: {msg}")
+                return (
+                    (cat, detail)
+                    if cat in ("invalid_ours", "invalid_triton", "server_error_ours")
+                    else ("server_error_ours", f"unexpected stream error: {msg}")
+                )
             got += result.as_numpy(FIELDS_OUT) is not None
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return ("ok", "") if got else ("ok_stop", "")  # a `stop` request ends with an empty final
@@ -183,8 +195,9 @@ def _run(fuzz_target, emit, title, send):
 
     with Alongside(fuzz_target.http) as alongside:
         run()
-    emit(tally.report(f"{title} (valid ensemble requests alongside: {alongside.ok} ok, "
-                      f"{len(alongside.errors)} failed)"))
+    emit(
+        tally.report(f"{title} (valid ensemble requests alongside: {alongside.ok} ok, {len(alongside.errors)} failed)")
+    )
     assert not tally.failures, tally.failures[:5]
     assert not alongside.errors, alongside.errors[:5]
     assert is_ready(fuzz_target.http)
@@ -208,4 +221,9 @@ def test_token_level_grpc_unary_hostile_inputs(fuzz_target, emit):
 
 def test_token_level_http_infer_hostile_inputs(fuzz_target, emit):
     session = requests.Session()
-    _run(fuzz_target, emit, "HTTP /infer fuzz (tensorrt_llm_unary)", lambda spec: http_infer(session, fuzz_target.http, spec))
+    _run(
+        fuzz_target,
+        emit,
+        "HTTP /infer fuzz (tensorrt_llm_unary)",
+        lambda spec: http_infer(session, fuzz_target.http, spec),
+    )

@@ -28,8 +28,16 @@ def cluster(tmp_path_factory):
     repo = work / "model_repository"
     write_repository(spec, TINY.name, repo)
     ports = free_ports(12)
-    c = Cluster(spec, repo, work, replicas=3, replica_ports=[tuple(ports[i * 3:i * 3 + 3]) for i in range(3)],
-                lb_ports=tuple(ports[9:12]), admin_key=ADMIN_KEY, extra={2: EXPLICIT})
+    c = Cluster(
+        spec,
+        repo,
+        work,
+        replicas=3,
+        replica_ports=[tuple(ports[i * 3 : i * 3 + 3]) for i in range(3)],
+        lb_ports=tuple(ports[9:12]),
+        admin_key=ADMIN_KEY,
+        extra={2: EXPLICIT},
+    )
     try:
         c.start()
     except Exception:

@@ -45,8 +45,12 @@ def small_cluster(tmp_path_factory):
     doc["name"] = "tiny-busy"
     # Its own checkpoint: the shared tiny one has 4,096 positions, fewer than an occupying request needs.
     doc["model"]["checkpoint_dir"] = str(work / "checkpoint")
-    doc["engine"].update(max_batch_size=1, max_input_len=MAX_INPUT, max_output_len=OCCUPY_TOKENS,
-                         queue={"max_queue_delay_us": 0, "max_queue_size": 1})
+    doc["engine"].update(
+        max_batch_size=1,
+        max_input_len=MAX_INPUT,
+        max_output_len=OCCUPY_TOKENS,
+        queue={"max_queue_delay_us": 0, "max_queue_size": 1},
+    )
     doc["serving"] = {"exit_timeout_s": 10, "unary_twins": False}
     path = work / "tiny-busy.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -55,8 +59,15 @@ def small_cluster(tmp_path_factory):
     repo = work / "model_repository"
     write_repository(spec, path.name, repo)
     ports = free_ports(9)
-    c = Cluster(spec, repo, work, replicas=2, replica_ports=[tuple(ports[0:3]), tuple(ports[3:6])],
-                lb_ports=tuple(ports[6:9]), admin_key=ADMIN_KEY)
+    c = Cluster(
+        spec,
+        repo,
+        work,
+        replicas=2,
+        replica_ports=[tuple(ports[0:3]), tuple(ports[3:6])],
+        lb_ports=tuple(ports[6:9]),
+        admin_key=ADMIN_KEY,
+    )
     try:
         c.start()
     except Exception:
@@ -98,9 +109,15 @@ def _stop(replica, keys) -> None:
     client.start_stream(callback=lambda result, error: done.release())
     try:
         for key in keys:
-            inputs = [grpcclient.InferInput(n, [1, 1], d).set_data_from_numpy(np.array([[v]], dtype=t))
-                      for n, v, d, t in (("input_ids", 0, "INT32", np.int32), ("input_lengths", 1, "INT32", np.int32),
-                                         ("request_output_len", 1, "INT32", np.int32), ("stop", True, "BOOL", bool))]
+            inputs = [
+                grpcclient.InferInput(n, [1, 1], d).set_data_from_numpy(np.array([[v]], dtype=t))
+                for n, v, d, t in (
+                    ("input_ids", 0, "INT32", np.int32),
+                    ("input_lengths", 1, "INT32", np.int32),
+                    ("request_output_len", 1, "INT32", np.int32),
+                    ("stop", True, "BOOL", bool),
+                )
+            ]
             client.async_stream_infer(ENGINE, inputs, request_id=key, enable_empty_final_response=True)
             done.acquire(timeout=60)  # the stop's one empty final answer (if it never comes, teardown ends all)
     finally:
@@ -126,8 +143,14 @@ def test_busy_replica_request_is_served_by_another(small_cluster, emit):
         refused = requests.post(direct, json={"text_input": "hi", "max_tokens": 1}, timeout=300)
         assert refused.status_code != 200 and "busy" in refused.text.lower(), refused.text
         before = c.api.stat()
-        results = [requests.post(f"http://127.0.0.1:{c.http_port}/v2/models/ensemble/generate",
-                                 json={"text_input": "hi", "max_tokens": 2}, timeout=300) for _ in range(6)]
+        results = [
+            requests.post(
+                f"http://127.0.0.1:{c.http_port}/v2/models/ensemble/generate",
+                json={"text_input": "hi", "max_tokens": 2},
+                timeout=300,
+            )
+            for _ in range(6)
+        ]
         after = c.api.stat()
         # Replica 0 was full all along: neither of its requests has been answered yet.
         still = [o.answered.is_set() for o in occupiers]
@@ -135,14 +158,20 @@ def test_busy_replica_request_is_served_by_another(small_cluster, emit):
         _stop(full, [o.key for o in occupiers])
         for o in occupiers:
             o.answered.wait(300)
-    retried = {name: int(after[("triton_http", name)]["wretr"] or 0) - int(before[("triton_http", name)]["wretr"] or 0)
-               for name in ("triton0", "triton1")}
-    redispatched = sum(int(after[("triton_http", n)]["wredis"] or 0) - int(before[("triton_http", n)]["wredis"] or 0)
-                       for n in ("triton0", "triton1"))
+    retried = {
+        name: int(after[("triton_http", name)]["wretr"] or 0) - int(before[("triton_http", name)]["wretr"] or 0)
+        for name in ("triton0", "triton1")
+    }
+    redispatched = sum(
+        int(after[("triton_http", n)]["wredis"] or 0) - int(before[("triton_http", n)]["wredis"] or 0)
+        for n in ("triton0", "triton1")
+    )
     codes = [r.status_code for r in results]
-    emit(f"replica 0 full (direct answer {refused.status_code}: {refused.text[:80]}); 6 requests through "
-         f"HAProxy: statuses {codes}; retries per server {retried}, redispatches {redispatched}; "
-         f"occupying requests, cancelled after: {[o.answer[:60] for o in occupiers]}")
+    emit(
+        f"replica 0 full (direct answer {refused.status_code}: {refused.text[:80]}); 6 requests through "
+        f"HAProxy: statuses {codes}; retries per server {retried}, redispatches {redispatched}; "
+        f"occupying requests, cancelled after: {[o.answer[:60] for o in occupiers]}"
+    )
     assert not any(still), f"an occupying request ended while the test ran: {[o.answer for o in occupiers]}"
     assert codes == [200] * 6, [r.text[:200] for r in results]
     assert retried["triton0"] >= 1, "no request was sent to the full replica: the busy path was not exercised"

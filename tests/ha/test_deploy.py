@@ -19,8 +19,12 @@ SPEC = load_spec(ROOT / "specs" / "default.yaml")
 
 def test_haproxy_cfg_matches_spec_and_is_valid():
     s = SPEC.serving
-    want = render(SPEC, [Backend(f"triton{i}", f"triton{i}", s.http_port, s.grpc_port) for i in range(3)],
-                  label="default.yaml", stats_socket="/var/run/haproxy/admin.sock")
+    want = render(
+        SPEC,
+        [Backend(f"triton{i}", f"triton{i}", s.http_port, s.grpc_port) for i in range(3)],
+        label="default.yaml",
+        stats_socket="/var/run/haproxy/admin.sock",
+    )
     have = (DEPLOY / "haproxy.cfg").read_text()
     body = lambda t: [ln for ln in t.splitlines() if not ln.startswith("#")]  # noqa: E731
     assert body(have) == body(want), "deploy/haproxy.cfg drifted: regenerate it (command in its header)"
@@ -50,8 +54,11 @@ def test_kubernetes_shutdown_timing():
     assert exit_s >= SPEC.serving.exit_timeout_s
     assert pre_stop >= ready["periodSeconds"] * ready["failureThreshold"]
     assert pod["terminationGracePeriodSeconds"] > pre_stop + exit_s
-    for probe, path in (("startupProbe", "/v2/health/ready"), ("readinessProbe", "/v2/health/ready"),
-                        ("livenessProbe", "/v2/health/live")):
+    for probe, path in (
+        ("startupProbe", "/v2/health/ready"),
+        ("readinessProbe", "/v2/health/ready"),
+        ("livenessProbe", "/v2/health/live"),
+    ):
         assert c[probe]["httpGet"]["path"] == path
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
 

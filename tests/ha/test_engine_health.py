@@ -68,10 +68,12 @@ def test_killed_engine_stub_takes_the_replica_out_and_back(supervised, emit):
         time.sleep(3)
     counts = load.report("kill -9 of one replica's engine stub")
     leftovers = living(old_tree)
-    emit(f"engine stub of {victim.name} killed: not ready after {not_ready:.2f} s, HAProxy DOWN after "
-         f"{t_down:.2f} s, restarted by the supervisor (pid {old_pid} -> {victim.pid}) and UP again "
-         f"{t_back:.1f} s after the kill; processes of the old server left: {len(leftovers)}; "
-         f"plain streams cut: {counts['plain_stream'].cut}")
+    emit(
+        f"engine stub of {victim.name} killed: not ready after {not_ready:.2f} s, HAProxy DOWN after "
+        f"{t_down:.2f} s, restarted by the supervisor (pid {old_pid} -> {victim.pid}) and UP again "
+        f"{t_back:.1f} s after the kill; processes of the old server left: {len(leftovers)}; "
+        f"plain streams cut: {counts['plain_stream'].cut}"
+    )
     bound = load_bound(READY_BOUND_S)  # stretched by the load average: a busy CI machine must not fail it
     assert not_ready is not None and not_ready <= bound, f"still ready {not_ready} s after the kill (bound {bound:.1f})"
     assert victim.pid != old_pid and not leftovers, leftovers

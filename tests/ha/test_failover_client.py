@@ -25,8 +25,9 @@ def two_smollm2(tmp_path_factory):
     servers = []
     try:
         for i in range(2):
-            servers.append(start_server(DEFAULT, tmp_path_factory.mktemp(f"smol{i}"),
-                                        repository=ROOT / "model_repository"))
+            servers.append(
+                start_server(DEFAULT, tmp_path_factory.mktemp(f"smol{i}"), repository=ROOT / "model_repository")
+            )
         yield servers
     finally:
         for s in servers:
@@ -50,7 +51,9 @@ def test_resumed_greedy_stream_equals_uninterrupted(two_smollm2, protocol):
             os.killpg(a.process.proc.pid, signal.SIGKILL)  # the server and its Python stubs
             a.process.proc.wait()
     text = "".join(pieces)
-    print(f"\n[resume {protocol}] cut after {CUT_AFTER} pieces; {gen.stats}\n  resumed:   {text!r}\n  reference: {reference!r}")
+    print(
+        f"\n[resume {protocol}] cut after {CUT_AFTER} pieces; {gen.stats}\n  resumed:   {text!r}\n  reference: {reference!r}"
+    )
     assert gen.stats.resumes == 1
     assert text == reference
     a.process.start().wait_ready(300)  # for the next case

@@ -30,20 +30,39 @@ class ClusterCLI:
         spec = yaml.safe_load((ROOT / "specs/tiny.yaml").read_text())
         spec["name"] = "tiny-cluster-shutdown"
         spec["serving"] = {"exit_timeout_s": 30}
-        spec["ha"] = {"replicas": REPLICAS, "base_http_port": base, "base_grpc_port": base + REPLICAS,
-                      "base_metrics_port": base + 2 * REPLICAS, "http_port": base + 3 * REPLICAS,
-                      "grpc_port": base + 3 * REPLICAS + 1, "stats_port": base + 3 * REPLICAS + 2,
-                      "bind": "127.0.0.1"}
+        spec["ha"] = {
+            "replicas": REPLICAS,
+            "base_http_port": base,
+            "base_grpc_port": base + REPLICAS,
+            "base_metrics_port": base + 2 * REPLICAS,
+            "http_port": base + 3 * REPLICAS,
+            "grpc_port": base + 3 * REPLICAS + 1,
+            "stats_port": base + 3 * REPLICAS + 2,
+            "bind": "127.0.0.1",
+        }
         spec["openai"] = {"port": base + 3 * REPLICAS + 3, "base_port": base + 3 * REPLICAS + 4}
         path = work / "spec.yaml"
         path.write_text(yaml.safe_dump(spec))
         self.ports = list(range(base, base + 4 * REPLICAS + 4))
         self.lb_http = base + 3 * REPLICAS
         self.log = work / "cluster.log"
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmserve.deploy.cluster", "--spec", str(path),
-                                      "--repository", str(work / "repo"), "--workdir", str(work / "ha")],
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llmserve.deploy.cluster",
+                "--spec",
+                str(path),
+                "--repository",
+                str(work / "repo"),
+                "--workdir",
+                str(work / "ha"),
+            ],
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
         t0 = time.monotonic()
         while b"ready: HAProxy" not in self.log.read_bytes():
             assert self.proc.poll() is None, self.log.read_text()[-3000:]
@@ -80,8 +99,10 @@ def test_idle_sigterm_exits_fast_and_leaves_nothing(cluster_cli, emit):
     took = time.monotonic() - t0
     left, _ = wait_gone(c.pids, 5)
     busy_ports = [p for p in c.ports if not port_free(p)]
-    emit(f"cluster ({REPLICAS} replicas + HAProxy) idle SIGTERM: exited {rc} after {took:.2f} s; "
-         f"{len(c.pids)} processes before, {len(left)} left; ports still bound: {busy_ports}")
+    emit(
+        f"cluster ({REPLICAS} replicas + HAProxy) idle SIGTERM: exited {rc} after {took:.2f} s; "
+        f"{len(c.pids)} processes before, {len(left)} left; ports still bound: {busy_ports}"
+    )
     assert took < shutdown_bound(), f"idle shutdown took {took:.1f} s (bound {shutdown_bound():.0f} s)"
     assert not left and not busy_ports, (left, busy_ports)
 
@@ -93,7 +114,9 @@ def test_sigkilled_cluster_process_leaves_nothing(cluster_cli, emit):
     c.proc.wait()
     left, took = wait_gone(c.pids, 10)
     busy_ports = [p for p in c.ports if not port_free(p)]
-    emit(f"cluster process SIGKILLed: {n} processes (HAProxy, tritonservers, stubs, watchdogs, reaper); "
-         f"{len(left)} left after {took:.2f} s; ports still bound: {busy_ports}")
+    emit(
+        f"cluster process SIGKILLed: {n} processes (HAProxy, tritonservers, stubs, watchdogs, reaper); "
+        f"{len(left)} left after {took:.2f} s; ports still bound: {busy_ports}"
+    )
     assert not left, left
     assert not busy_ports, busy_ports

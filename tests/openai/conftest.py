@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from llmserve.deploy.tritonserver import TritonProcess, free_ports
 from llmserve.deploy.frontend import FrontendProcess
+from llmserve.deploy.tritonserver import TritonProcess, free_ports
 from llmserve.spec import ROOT, load_spec
 
 DEFAULT = ROOT / "specs" / "default.yaml"
@@ -61,11 +61,21 @@ def stack(tmp_path_factory):
     spec = load_spec(DEFAULT)
     work = tmp_path_factory.mktemp("openai")
     ports = free_ports(7)
-    servers = [TritonProcess(ROOT / "model_repository", http_port=ports[i * 3], grpc_port=ports[i * 3 + 1],
-                             metrics_port=ports[i * 3 + 2], exit_timeout_s=5, admin_key=ADMIN_KEY,
-                             log_path=work / f"triton{i}.log") for i in range(2)]
-    frontend = FrontendProcess(DEFAULT, port=ports[6], triton=[f"127.0.0.1:{s.grpc_port}" for s in servers],
-                               log_path=work / "frontend.log")
+    servers = [
+        TritonProcess(
+            ROOT / "model_repository",
+            http_port=ports[i * 3],
+            grpc_port=ports[i * 3 + 1],
+            metrics_port=ports[i * 3 + 2],
+            exit_timeout_s=5,
+            admin_key=ADMIN_KEY,
+            log_path=work / f"triton{i}.log",
+        )
+        for i in range(2)
+    ]
+    frontend = FrontendProcess(
+        DEFAULT, port=ports[6], triton=[f"127.0.0.1:{s.grpc_port}" for s in servers], log_path=work / "frontend.log"
+    )
     try:
         for s in servers:
             s.start()

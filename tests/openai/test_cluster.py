@@ -33,8 +33,15 @@ def cluster(tmp_path_factory):
     write_repository(spec, TINY.name, repo)
     ports = free_ports(12)
     spec = spec.model_copy(update={"openai": spec.openai.model_copy(update={"port": ports[11]})})
-    c = Cluster(spec, repo, work, replicas=2, replica_ports=[tuple(ports[i * 3:i * 3 + 3]) for i in range(2)],
-                lb_ports=tuple(ports[6:9]), openai_ports=ports[9:11])
+    c = Cluster(
+        spec,
+        repo,
+        work,
+        replicas=2,
+        replica_ports=[tuple(ports[i * 3 : i * 3 + 3]) for i in range(2)],
+        lb_ports=tuple(ports[6:9]),
+        openai_ports=ports[9:11],
+    )
     try:
         c.start()
     except Exception:
@@ -63,9 +70,15 @@ def test_kill_9_of_a_triton_replica_under_streaming_load(cluster, emit):
 
     def client(i):
         try:
-            stream = c.completions.create(model=cluster.spec.name, prompt=f"Count {i}", max_tokens=TOKENS,
-                                          stream=True, stream_options={"include_usage": True}, temperature=0,
-                                          extra_body={"ignore_eos": True})
+            stream = c.completions.create(
+                model=cluster.spec.name,
+                prompt=f"Count {i}",
+                max_tokens=TOKENS,
+                stream=True,
+                stream_options={"include_usage": True},
+                temperature=0,
+                extra_body={"ignore_eos": True},
+            )
             reason, usage = None, None
             for k, ch in enumerate(stream):
                 if ch.choices:
@@ -88,6 +101,8 @@ def test_kill_9_of_a_triton_replica_under_streaming_load(cluster, emit):
         t.join(300)
     failed = [r for r in results if not isinstance(r, tuple)]
     cut = [r for r in results if isinstance(r, tuple) and r != ("length", TOKENS)]
-    emit(f"kill -9 of one of two Triton replicas under {n} streams through HAProxy -> frontends: "
-         f"{len(failed)} failed, {len(cut)} cut")
+    emit(
+        f"kill -9 of one of two Triton replicas under {n} streams through HAProxy -> frontends: "
+        f"{len(failed)} failed, {len(cut)} cut"
+    )
     assert not failed and not cut, results

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from llmserve.text.tokenizer import load_hf_tokenizer
+
 from ..processes import load_bound
 from .conftest import MODEL
 
@@ -43,10 +44,12 @@ def test_models_and_a_real_answer(stack):
 
 
 def test_multi_turn_with_system_prompt_uses_the_chat_template(stack):
-    messages = [{"role": "system", "content": "You answer in one word."},
-                {"role": "user", "content": "What is the capital of France?"},
-                {"role": "assistant", "content": "Paris."},
-                {"role": "user", "content": "And of Italy?"}]
+    messages = [
+        {"role": "system", "content": "You answer in one word."},
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "And of Italy?"},
+    ]
     r = stack.client().chat.completions.create(model=MODEL, messages=messages, max_tokens=8, **GREEDY)
     tok = load_hf_tokenizer(stack.tokenizer_dir)
     rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -60,15 +63,26 @@ def test_cjk_and_emoji_streamed_equals_whole_byte_for_byte(stack, endpoint):
     if endpoint == "chat":
         whole = c.chat.completions.create(model=MODEL, messages=chat(CJK), max_tokens=48, **GREEDY)
         text = whole.choices[0].message.content
-        streamed, chunks = stream_text(c.chat.completions.create(
-            model=MODEL, messages=chat(CJK), max_tokens=48, stream=True, stream_options={"include_usage": True}, **GREEDY))
+        streamed, chunks = stream_text(
+            c.chat.completions.create(
+                model=MODEL,
+                messages=chat(CJK),
+                max_tokens=48,
+                stream=True,
+                stream_options={"include_usage": True},
+                **GREEDY,
+            )
+        )
         assert chunks[0].choices[0].delta.role == "assistant"
     else:
         prompt = "北京是中国的首都。🌊"
         whole = c.completions.create(model=MODEL, prompt=prompt, max_tokens=48, **GREEDY)
         text = whole.choices[0].text
-        chunks = list(c.completions.create(model=MODEL, prompt=prompt, max_tokens=48, stream=True,
-                                           stream_options={"include_usage": True}, **GREEDY))
+        chunks = list(
+            c.completions.create(
+                model=MODEL, prompt=prompt, max_tokens=48, stream=True, stream_options={"include_usage": True}, **GREEDY
+            )
+        )
         streamed = "".join(ch.choices[0].text for ch in chunks if ch.choices)
     # Greedy SmolLM2 answers the chat prompt in Chinese and continues the raw one with emoji.
     wanted = (lambda ch: "\u4e00" <= ch <= "\u9fff") if endpoint == "chat" else (lambda ch: ord(ch) >= 0x1F300)
@@ -89,14 +103,16 @@ def test_stop_strings(stack):
     stop = words[2]
     cut = ref[: ref.index(stop)]
     for stream in (False, True):
-        r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=16, stop=["<never>", stop], stream=stream, **GREEDY)
+        r = c.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=16, stop=["<never>", stop], stream=stream, **GREEDY
+        )
         if stream:
             chunks = list(r)
             text, reason = "".join(ch.choices[0].text for ch in chunks), chunks[-1].choices[0].finish_reason
         else:
             text, reason = r.choices[0].text, r.choices[0].finish_reason
         # The engine drops the token that reaches into the stop word (a space before it may go too).
-        assert reason == "stop" and cut.startswith(text) and not cut[len(text):].strip(), (stream, stop, text, ref)
+        assert reason == "stop" and cut.startswith(text) and not cut[len(text) :].strip(), (stream, stop, text, ref)
 
 
 def test_usage_is_what_the_engine_counted(stack):
@@ -107,8 +123,13 @@ def test_usage_is_what_the_engine_counted(stack):
     assert ok
     time.sleep(0.6)  # the engine publishes its counters every 0.5 s
     p0, g0 = stack.metric("llmserve_prompt_tokens_total"), stack.metric("llmserve_generated_tokens_total")
-    r = c.chat.completions.create(model=MODEL, messages=chat("Tell me a story about a dragon."), max_tokens=20,
-                                  extra_body={"ignore_eos": True}, **GREEDY)
+    r = c.chat.completions.create(
+        model=MODEL,
+        messages=chat("Tell me a story about a dragon."),
+        max_tokens=20,
+        extra_body={"ignore_eos": True},
+        **GREEDY,
+    )
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 20
     ok, _ = stack.wait_metric("llmserve_generated_tokens_total", lambda v: v >= g0 + 20, 10)
     assert ok
@@ -120,9 +141,12 @@ def test_usage_is_what_the_engine_counted(stack):
 def test_errors_in_openai_format(stack):
     c = stack.client()
     cases = [
-        (dict(n=2), "n"), (dict(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-        (dict(response_format={"type": "json_object"}), "response_format"), (dict(logit_bias={"1": 5}), "logit_bias"),
-        (dict(max_tokens=100000), "max_tokens"), (dict(temperature=5), "temperature"),
+        (dict(n=2), "n"),
+        (dict(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        (dict(response_format={"type": "json_object"}), "response_format"),
+        (dict(logit_bias={"1": 5}), "logit_bias"),
+        (dict(max_tokens=100000), "max_tokens"),
+        (dict(temperature=5), "temperature"),
         (dict(extra_body={"foo": 1}), "foo"),
     ]
     for kw, param in cases:
@@ -135,8 +159,12 @@ def test_errors_in_openai_format(stack):
     with pytest.raises(openai.NotFoundError) as e:
         c.chat.completions.create(model="no-such-model", messages=chat("hi"))
     assert e.value.body["code"] == "model_not_found"
-    r = requests.post(f"{stack.base_url}/chat/completions", data=b"{not json", timeout=30,
-                      headers={"Content-Type": "application/json"})
+    r = requests.post(
+        f"{stack.base_url}/chat/completions",
+        data=b"{not json",
+        timeout=30,
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 
@@ -151,13 +179,23 @@ def test_client_hang_up_frees_the_engine_slot(stack, emit, streaming):
     (bound 1 s + the gauge's 0.5 s publishing period)."""
     _engine_idle(stack)
     cancelled0 = stack.metric(CANCELLED)
-    body = {"model": MODEL, "messages": chat("Count to a thousand."), "max_tokens": 400, "stream": streaming,
-            "temperature": 0, "ignore_eos": True}
+    body = {
+        "model": MODEL,
+        "messages": chat("Count to a thousand."),
+        "max_tokens": 400,
+        "stream": streaming,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     if streaming:
         r = requests.post(f"{stack.base_url}/chat/completions", json=body, stream=True, timeout=60)
         assert r.status_code == 200
         lines = r.iter_lines()
-        next(line for line in lines if line.startswith(b"data:") and b'"content":"' in line and b'"content":""' not in line)
+        next(
+            line
+            for line in lines
+            if line.startswith(b"data:") and b'"content":"' in line and b'"content":""' not in line
+        )
         running, _ = stack.wait_metric(RUNNING, lambda v: v >= 1, 10)
         assert running
         r.close()
@@ -177,8 +215,10 @@ def test_client_hang_up_frees_the_engine_slot(stack, emit, streaming):
         done.wait(30)
     freed, dt = stack.wait_metric(RUNNING, lambda v: v == 0, 15)
     counted, _ = stack.wait_metric(CANCELLED, lambda v: v > cancelled0, 30)  # ends at the event
-    emit(f"OpenAI client hang-up ({'streaming' if streaming else 'non-streaming'}) -> "
-         f"{RUNNING} back to 0 after {dt:.2f} s (cancelled_total +{stack.metric(CANCELLED) - cancelled0:.0f})")
+    emit(
+        f"OpenAI client hang-up ({'streaming' if streaming else 'non-streaming'}) -> "
+        f"{RUNNING} back to 0 after {dt:.2f} s (cancelled_total +{stack.metric(CANCELLED) - cancelled0:.0f})"
+    )
     bound = load_bound(1.5)  # stretched by the load average: a busy CI machine must not fail it
     assert freed and dt <= bound, f"slot held {dt:.2f} s after the client hung up (bound {bound:.1f} s)"
     assert counted, "the slot was freed but not counted as cancelled"
@@ -203,8 +243,14 @@ def test_kill_9_under_streaming_load_fails_nothing_and_resumes_exactly(stack, em
                 r = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=48, **GREEDY)
                 results[i] = (r.choices[0].message.content, r.choices[0].finish_reason, r.usage.completion_tokens)
                 return
-            stream = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=48, stream=True,
-                                               stream_options={"include_usage": True}, **GREEDY)
+            stream = c.chat.completions.create(
+                model=MODEL,
+                messages=messages,
+                max_tokens=48,
+                stream=True,
+                stream_options={"include_usage": True},
+                **GREEDY,
+            )
             parts, reason, usage = [], None, None
             for k, ch in enumerate(stream):
                 if ch.choices:
@@ -235,8 +281,10 @@ def test_kill_9_under_streaming_load_fails_nothing_and_resumes_exactly(stack, em
     cut = [r for r in results if isinstance(r, tuple) and r[0] != ref_text]
     metrics = requests.get(stack.base_url.rsplit("/v1", 1)[0] + "/metrics", timeout=10).text
     resumes = [line for line in metrics.splitlines() if line.startswith("llmserve_api_stream_resumes_total")]
-    emit(f"kill -9 of one of two tritonservers under {n} greedy requests: {len(failed)} failed, {len(cut)} "
-         f"differ from the uninterrupted answer; {resumes}")
+    emit(
+        f"kill -9 of one of two tritonservers under {n} greedy requests: {len(failed)} failed, {len(cut)} "
+        f"differ from the uninterrupted answer; {resumes}"
+    )
     assert not failed, failed
     assert not cut, (cut, ref_text)
     assert all(r[1:] == (ref.choices[0].finish_reason, ref.usage.completion_tokens) for r in results), results

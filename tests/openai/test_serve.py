@@ -13,9 +13,10 @@ import time
 import openai
 import pytest
 
-from llmserve.deploy.tritonserver import free_ports
 from llmserve.deploy.frontend import is_healthy
+from llmserve.deploy.tritonserver import free_ports
 from llmserve.spec import ROOT, load_spec
+
 from ..processes import tree, wait_gone
 
 pytestmark = pytest.mark.e2e
@@ -25,10 +26,29 @@ TINY = ROOT / "specs" / "tiny.yaml"
 def test_serve_starts_the_openai_frontend_and_sigterm_stops_everything(tmp_path, emit):
     http, grpc, metrics, port = free_ports(4)
     log = tmp_path / "serve.log"
-    proc = subprocess.Popen([sys.executable, "-m", "llmserve.deploy.serve", "--spec", str(TINY), "--repository",
-                             str(tmp_path / "repo"), "--http-port", str(http), "--grpc-port", str(grpc),
-                             "--metrics-port", str(metrics), "--openai-port", str(port)],
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmserve.deploy.serve",
+            "--spec",
+            str(TINY),
+            "--repository",
+            str(tmp_path / "repo"),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--openai-port",
+            str(port),
+        ],
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     pids: set[int] = set()
     try:
         t0 = time.monotonic()
@@ -46,8 +66,10 @@ def test_serve_starts_the_openai_frontend_and_sigterm_stops_everything(tmp_path,
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(120)
         left, _ = wait_gone(pids, 10)
-        emit(f"serve.py with the OpenAI frontend: SIGTERM -> exited {rc} after {time.monotonic() - t0:.2f} s, "
-             f"{len(pids)} processes before, {len(left)} left")
+        emit(
+            f"serve.py with the OpenAI frontend: SIGTERM -> exited {rc} after {time.monotonic() - t0:.2f} s, "
+            f"{len(pids)} processes before, {len(left)} left"
+        )
         assert not left, left
         assert not is_healthy(port, timeout=1)
     finally:

@@ -34,8 +34,12 @@ def reliability_spec(path: Path, *, timeout_s: float, max_batch=MAX_BATCH, queue
     spec["name"] = path.stem
     if 64 + max_out > SHARED_POSITIONS:  # a random checkpoint of its own, with positions enough
         spec["model"]["checkpoint_dir"] = str(path.parent / "checkpoint")
-    spec["engine"].update(max_batch_size=max_batch, max_input_len=64, max_output_len=max_out,
-                          queue={"max_queue_delay_us": 0, "max_queue_size": queue})
+    spec["engine"].update(
+        max_batch_size=max_batch,
+        max_input_len=64,
+        max_output_len=max_out,
+        queue={"max_queue_delay_us": 0, "max_queue_size": queue},
+    )
     spec["serving"] = {"exit_timeout_s": 5, "request_timeout_s": timeout_s}
     path.write_text(yaml.safe_dump(spec))
     return path

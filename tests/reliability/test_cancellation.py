@@ -35,8 +35,11 @@ from llmserve.contract import ENSEMBLE
 from .conftest import CAPACITY_TIMEOUT_S, EVENT_TIMEOUT_S, MAX_OUT, long_request, metric, wait_metric
 
 pytestmark = pytest.mark.e2e
-RUNNING, CANCELLED, TIMED_OUT = ("llmserve_requests_running", "llmserve_requests_cancelled_total",
-                                 "llmserve_requests_timed_out_total")
+RUNNING, CANCELLED, TIMED_OUT = (
+    "llmserve_requests_running",
+    "llmserve_requests_cancelled_total",
+    "llmserve_requests_timed_out_total",
+)
 METRIC_PERIOD_S = 0.5
 TIMEOUT_S = CAPACITY_TIMEOUT_S  # far above any cancellation bound: a slot freed by the timeout cannot pass for a cancel
 
@@ -59,9 +62,11 @@ def _bound(gaps: list[float]) -> float:
 def _check(server, emit, what: str, dt: float, bound: float, c0: float, t0: float, freed: bool):
     counted, _ = wait_metric(server, CANCELLED, lambda v: v > c0, timeout_s=EVENT_TIMEOUT_S)
     timed_out = metric(server, TIMED_OUT) - t0
-    emit(f"{what} -> llmserve_requests_running back to 0 after {dt:.2f} s (bound {bound:.2f} s from the "
-         f"measured inter-token time); cancelled_total +{metric(server, CANCELLED) - c0:.0f}, "
-         f"timed_out_total +{timed_out:.0f}")
+    emit(
+        f"{what} -> llmserve_requests_running back to 0 after {dt:.2f} s (bound {bound:.2f} s from the "
+        f"measured inter-token time); cancelled_total +{metric(server, CANCELLED) - c0:.0f}, "
+        f"timed_out_total +{timed_out:.0f}"
+    )
     assert freed and dt <= bound, f"slot held {dt:.2f} s after the cancel (bound {bound:.2f} s)"
     assert counted, "the slot was freed but llmserve_requests_cancelled_total did not move"
     assert timed_out == 0
@@ -87,11 +92,15 @@ def _inputs(pairs):
 def test_grpc_stream_cancel_on_token_model_frees_slot(cancel_server, emit):
     _idle(cancel_server)
     c0, t0 = metric(cancel_server, CANCELLED), metric(cancel_server, TIMED_OUT)
-    inputs = _inputs((("input_ids", np.array([[1, 2, 3]], dtype=np.int32), "INT32"),
-                      ("input_lengths", np.array([[3]], dtype=np.int32), "INT32"),
-                      ("request_output_len", np.array([[MAX_OUT]], dtype=np.int32), "INT32"),
-                      ("min_tokens", np.array([[MAX_OUT]], dtype=np.int32), "INT32"),
-                      ("streaming", np.array([[True]], dtype=bool), "BOOL")))
+    inputs = _inputs(
+        (
+            ("input_ids", np.array([[1, 2, 3]], dtype=np.int32), "INT32"),
+            ("input_lengths", np.array([[3]], dtype=np.int32), "INT32"),
+            ("request_output_len", np.array([[MAX_OUT]], dtype=np.int32), "INT32"),
+            ("min_tokens", np.array([[MAX_OUT]], dtype=np.int32), "INT32"),
+            ("streaming", np.array([[True]], dtype=bool), "BOOL"),
+        )
+    )
     client, gaps = _grpc_stream(cancel_server, "tensorrt_llm", inputs, str(uuid.uuid4()))
     assert wait_metric(cancel_server, RUNNING, lambda v: v >= 1, timeout_s=EVENT_TIMEOUT_S)[0]
     client.stop_stream(cancel_requests=True)
@@ -111,17 +120,28 @@ def test_grpc_stream_cancel_through_the_ensemble_frees_slot(cancel_server, emit,
     client.stop_stream(cancel_requests=True)  # gRPC cancel of the bidirectional stream
     freed, dt = wait_metric(cancel_server, RUNNING, lambda v: v == 0, timeout_s=30)
     client.close()
-    _check(cancel_server, emit, f"gRPC stream cancel through the ensemble ({'' if with_id else 'no '}request id)", dt,
-           _bound(gaps), c0, t0, freed)
+    _check(
+        cancel_server,
+        emit,
+        f"gRPC stream cancel through the ensemble ({'' if with_id else 'no '}request id)",
+        dt,
+        _bound(gaps),
+        c0,
+        t0,
+        freed,
+    )
 
 
 @pytest.mark.parametrize("with_id", [True, False], ids=["id", "no-id"])
 def test_http_sse_disconnect_through_the_ensemble_frees_slot(cancel_server, emit, with_id):
     _idle(cancel_server)
     c0, t0 = metric(cancel_server, CANCELLED), metric(cancel_server, TIMED_OUT)
-    r = requests.post(f"http://{cancel_server.http}/v2/models/{ENSEMBLE}/generate_stream",
-                      json={**long_request(), "stream": True, **({"id": f"sse-{uuid.uuid4()}"} if with_id else {})},
-                      stream=True, timeout=60)
+    r = requests.post(
+        f"http://{cancel_server.http}/v2/models/{ENSEMBLE}/generate_stream",
+        json={**long_request(), "stream": True, **({"id": f"sse-{uuid.uuid4()}"} if with_id else {})},
+        stream=True,
+        timeout=60,
+    )
     assert r.status_code == 200
     times, lines = [], r.iter_lines()  # (kept: dropping the iterator would close the connection early)
     for line in lines:
@@ -133,8 +153,16 @@ def test_http_sse_disconnect_through_the_ensemble_frees_slot(cancel_server, emit
                 break
     r.close()  # the client goes away mid-stream
     freed, dt = wait_metric(cancel_server, RUNNING, lambda v: v == 0, timeout_s=30)
-    _check(cancel_server, emit, f"HTTP SSE disconnect through the ensemble ({'' if with_id else 'no '}id)", dt,
-           _bound([b - a for a, b in zip(times, times[1:])]), c0, t0, freed)
+    _check(
+        cancel_server,
+        emit,
+        f"HTTP SSE disconnect through the ensemble ({'' if with_id else 'no '}id)",
+        dt,
+        _bound([b - a for a, b in zip(times, times[1:])]),
+        c0,
+        t0,
+        freed,
+    )
 
 
 def test_http_unary_disconnect_runs_on(cancel_server, emit):
@@ -144,17 +172,26 @@ def test_http_unary_disconnect_runs_on(cancel_server, emit):
     c0, f0 = metric(cancel_server, CANCELLED), metric(cancel_server, "llmserve_requests_finished_total")
     tokens = 400
     with pytest.raises(requests.Timeout):
-        requests.post(f"http://{cancel_server.http}/v2/models/{ENSEMBLE}/generate", timeout=0.5,
-                      json={"text_input": "Count", "max_tokens": tokens, "min_tokens": tokens, "id": "hang-up"})
-    finished, dt = wait_metric(cancel_server, "llmserve_requests_finished_total", lambda v: v > f0,
-                               timeout_s=TIMEOUT_S + 10)
-    emit(f"HTTP generate client gone after 0.5 s: the {tokens}-token generation ran on and finished "
-         f"{dt:.2f} s later; cancelled_total +{metric(cancel_server, CANCELLED) - c0:.0f}")
+        requests.post(
+            f"http://{cancel_server.http}/v2/models/{ENSEMBLE}/generate",
+            timeout=0.5,
+            json={"text_input": "Count", "max_tokens": tokens, "min_tokens": tokens, "id": "hang-up"},
+        )
+    finished, dt = wait_metric(
+        cancel_server, "llmserve_requests_finished_total", lambda v: v > f0, timeout_s=TIMEOUT_S + 10
+    )
+    emit(
+        f"HTTP generate client gone after 0.5 s: the {tokens}-token generation ran on and finished "
+        f"{dt:.2f} s later; cancelled_total +{metric(cancel_server, CANCELLED) - c0:.0f}"
+    )
     assert finished and metric(cancel_server, CANCELLED) == c0
 
 
 def test_server_ready_after_cancellations(cancel_server):
-    r = requests.post(f"http://{cancel_server.http}/v2/models/ensemble/generate",
-                      json={"text_input": "hi", "max_tokens": 2}, timeout=60)
+    r = requests.post(
+        f"http://{cancel_server.http}/v2/models/ensemble/generate",
+        json={"text_input": "hi", "max_tokens": 2},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     assert requests.get(f"http://{cancel_server.http}/v2/health/ready", timeout=5).status_code == 200

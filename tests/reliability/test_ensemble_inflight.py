@@ -53,8 +53,12 @@ EXIT_TIMEOUT_S = 30
 REQUEST_TIMEOUT_S = 120  # far above a cancel: a slot freed by the timeout cannot pass for one
 TOKENS = 4000  # ~5 s on the tiny model on an idle machine: still running when cancelled
 PER_WAY = 2
-RUNNING, CANCELLED, TIMED_OUT, FINISHED = ("llmserve_requests_running", "llmserve_requests_cancelled_total",
-                                           "llmserve_requests_timed_out_total", "llmserve_requests_finished_total")
+RUNNING, CANCELLED, TIMED_OUT, FINISHED = (
+    "llmserve_requests_running",
+    "llmserve_requests_cancelled_total",
+    "llmserve_requests_timed_out_total",
+    "llmserve_requests_finished_total",
+)
 SPECS = {"torch": "specs/tiny.yaml", "tensorrtllm": "specs/tiny-trtllm.yaml"}
 IN_FLIGHT = re.compile(r"Model '[^']+' \(version \d+\) has \d+ in-flight inferences")  # tritonserver's shutdown log
 
@@ -62,8 +66,9 @@ IN_FLIGHT = re.compile(r"Model '[^']+' \(version \d+\) has \d+ in-flight inferen
 def _spec(work: Path, layout: str, postprocessing_instances: int = 1, exit_timeout_s: int = EXIT_TIMEOUT_S) -> Path:
     spec = yaml.safe_load((ROOT / SPECS[layout]).read_text())
     spec["name"] = f"inflight-{layout}"
-    spec["engine"].update(max_batch_size=2, max_input_len=64, max_output_len=TOKENS,
-                          queue={"max_queue_delay_us": 0, "max_queue_size": 4})
+    spec["engine"].update(
+        max_batch_size=2, max_input_len=64, max_output_len=TOKENS, queue={"max_queue_delay_us": 0, "max_queue_size": 4}
+    )
     spec["serving"] = {"exit_timeout_s": exit_timeout_s, "request_timeout_s": REQUEST_TIMEOUT_S}
     spec["postprocessing"] = {"instances": postprocessing_instances}
     path = work / f"{spec['name']}.yaml"
@@ -107,6 +112,7 @@ def _stop(server) -> tuple[float, list[str]]:
 
 # --- the ways a client goes away ------------------------------------------------------------------
 
+
 def _running(server) -> None:
     assert wait_metric(server, RUNNING, lambda v: v >= 1, timeout_s=30)[0], "the stream never reached the engine"
 
@@ -116,11 +122,15 @@ def _grpc(server, with_id: bool) -> None:
     got: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: got.put(error))
     req = long_request(TOKENS)
-    inputs = [grpcclient.InferInput(n, list(v.shape), d).set_data_from_numpy(v) for n, v, d in (
-        ("text_input", np.array([[req["text_input"].encode()]], dtype=object), "BYTES"),
-        ("max_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32"),
-        ("min_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32"),
-        ("stream", np.array([[True]], dtype=bool), "BOOL"))]
+    inputs = [
+        grpcclient.InferInput(n, list(v.shape), d).set_data_from_numpy(v)
+        for n, v, d in (
+            ("text_input", np.array([[req["text_input"].encode()]], dtype=object), "BYTES"),
+            ("max_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32"),
+            ("min_tokens", np.array([[TOKENS]], dtype=np.int32), "INT32"),
+            ("stream", np.array([[True]], dtype=bool), "BOOL"),
+        )
+    ]
     client.async_stream_infer(ENSEMBLE, inputs, **({"request_id": f"inflight-{uuid.uuid4()}"} if with_id else {}))
     for _ in range(4):
         assert got.get(timeout=120) is None
@@ -145,9 +155,18 @@ def _sse(server, with_id: bool) -> None:
 
 def _openai(frontend_port: int, model: str):
     def hang_up(server, with_id: bool) -> None:
-        r = requests.post(f"http://127.0.0.1:{frontend_port}/v1/completions", stream=True, timeout=120, json={
-            "model": model, "prompt": "Count to a million", "max_tokens": TOKENS, "min_tokens": TOKENS,
-            "stream": True})
+        r = requests.post(
+            f"http://127.0.0.1:{frontend_port}/v1/completions",
+            stream=True,
+            timeout=120,
+            json={
+                "model": model,
+                "prompt": "Count to a million",
+                "max_tokens": TOKENS,
+                "min_tokens": TOKENS,
+                "stream": True,
+            },
+        )
         assert r.status_code == 200, r.text
         lines, seen = r.iter_lines(), 0
         for line in lines:
@@ -156,6 +175,7 @@ def _openai(frontend_port: int, model: str):
                 if seen >= 4 and metric(server, RUNNING) >= 1:
                     break
         r.close()
+
     return hang_up
 
 
@@ -182,8 +202,12 @@ def test_cancelled_streams_leave_nothing_in_flight_and_sigterm_is_fast(layout, t
     _, ref = _start(tmp_path, "reference", layout)
     try:
         # (Connection: close: an idle keep-alive connection also holds tritonserver's exit until its timeout.)
-        r = requests.post(f"http://{ref.http}/v2/models/{ENSEMBLE}/generate", headers={"Connection": "close"},
-                          json={"text_input": "hi", "max_tokens": 4}, timeout=120)
+        r = requests.post(
+            f"http://{ref.http}/v2/models/{ENSEMBLE}/generate",
+            headers={"Connection": "close"},
+            json={"text_input": "hi", "max_tokens": 4},
+            timeout=120,
+        )
         assert r.status_code == 200, r.text
     finally:
         ref_took, ref_lines = _stop(ref)
@@ -197,22 +221,31 @@ def test_cancelled_streams_leave_nothing_in_flight_and_sigterm_is_fast(layout, t
         frontend.wait_ready(timeout_s=300)
         model = yaml.safe_load(spec.read_text())["name"]
         s0, f0 = _ensemble(server, "success"), _ensemble(server, "failure")
-        ways = [("gRPC stream cancel, request id", _grpc, True), ("gRPC stream cancel, no request id", _grpc, False),
-                ("generate_stream closed, id", _sse, True), ("generate_stream closed, no id", _sse, False),
-                ("OpenAI SSE closed", _openai(port, model), True)]
+        ways = [
+            ("gRPC stream cancel, request id", _grpc, True),
+            ("gRPC stream cancel, no request id", _grpc, False),
+            ("generate_stream closed, id", _sse, True),
+            ("generate_stream closed, no id", _sse, False),
+            ("OpenAI SSE closed", _openai(port, model), True),
+        ]
         emit(f"{layout}: {PER_WAY} hang-ups each way")
         n = _cancel_every_way(server, ways, emit)
-        released, _ = wait_metric(server, "nv_inference_request_success",
-                                  lambda v: _ensemble(server, "success") >= s0 + n, timeout_s=30)
-        assert released, (f"{n - (_ensemble(server, 'success') - s0):.0f} of {n} cancelled ensemble requests were "
-                          f"not released by Triton")
+        released, _ = wait_metric(
+            server, "nv_inference_request_success", lambda v: _ensemble(server, "success") >= s0 + n, timeout_s=30
+        )
+        assert released, (
+            f"{n - (_ensemble(server, 'success') - s0):.0f} of {n} cancelled ensemble requests were "
+            f"not released by Triton"
+        )
         assert _ensemble(server, "failure") == f0, "a cancelled stream was answered with an error"
     finally:
         if frontend is not None:
             frontend.stop()
         took, lines = _stop(server)
-    emit(f"{layout}: SIGTERM after {n} hang-ups: stopped in {took:.1f} s (the same server without a cancel: "
-         f"{ref_took:.1f} s; exit timeout {EXIT_TIMEOUT_S} s); in-flight lines: {len(lines)}")
+    emit(
+        f"{layout}: SIGTERM after {n} hang-ups: stopped in {took:.1f} s (the same server without a cancel: "
+        f"{ref_took:.1f} s; exit timeout {EXIT_TIMEOUT_S} s); in-flight lines: {len(lines)}"
+    )
     assert lines == [], f"Triton still had ensemble requests in flight at SIGTERM: {lines[-1]}"
     assert took < ref_took + EXIT_TIMEOUT_S / 2
 
@@ -233,6 +266,8 @@ def test_several_postprocessing_instances_leave_a_cancel_in_flight_on_triton_2_5
         assert wait_metric(server, FINISHED, lambda v: v > f0, timeout_s=30)[0] and metric(server, CANCELLED) == c0
     finally:
         took, lines = _stop(server)
-    emit(f"2 postprocessing instances: the cancelled generation ran to its end ({dt:.1f} s after the cancel); "
-         f"SIGTERM {took:.1f} s, last in-flight line: {lines[-1] if lines else None}")
+    emit(
+        f"2 postprocessing instances: the cancelled generation ran to its end ({dt:.1f} s after the cancel); "
+        f"SIGTERM {took:.1f} s, last in-flight line: {lines[-1] if lines else None}"
+    )
     assert any("Model 'ensemble'" in line for line in lines), "fixed in this Triton? update docs/cancellation.md"

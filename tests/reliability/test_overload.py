@@ -40,8 +40,11 @@ BUSY_WORDS = ("busy", "queue", "capacity", "overload", "exceed")
 def _post(http: str) -> tuple[int, float, str]:
     t0 = time.monotonic()
     try:
-        r = requests.post(f"http://{http}/v2/models/ensemble/generate",
-                          json={"text_input": "Tell a story", "max_tokens": TOKENS, "min_tokens": TOKENS}, timeout=120)
+        r = requests.post(
+            f"http://{http}/v2/models/ensemble/generate",
+            json={"text_input": "Tell a story", "max_tokens": TOKENS, "min_tokens": TOKENS},
+            timeout=120,
+        )
         status = r.status_code
         # Triton's generate endpoint answers every model error with 400, whatever its code; the engine
         # marks a full queue "server busy" and Triton's own queue says "Exceeds maximum queue size" (both
@@ -81,11 +84,13 @@ def test_http_overload_sheds_fast_and_recovers(overload_server, emit):
     busy = [r for r in results if r[0] in BUSY_HTTP]
     other = [r for r in results if r[0] not in (200, *BUSY_HTTP)]
     p = lambda xs, q: (sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan"))  # noqa: E731
-    emit(f"overload HTTP: {LOAD} concurrent (capacity {CAPACITY} = {MAX_BATCH} slots + queue {QUEUE}), "
-         f"burst {burst_s:.1f} s: {len(ok)} ok (p50 {p([r[1] for r in ok], .5):.2f} s), {len(busy)} busy "
-         f"(p50 {p([r[1] for r in busy], .5):.3f} s, p95 {p([r[1] for r in busy], .95):.3f} s), "
-         f"{len(other)} other; RSS {rss0 / 1024:.0f} -> {rss1 / 1024:.0f} MB; "
-         f"busy message: {busy[0][2][:120] if busy else '-'}")
+    emit(
+        f"overload HTTP: {LOAD} concurrent (capacity {CAPACITY} = {MAX_BATCH} slots + queue {QUEUE}), "
+        f"burst {burst_s:.1f} s: {len(ok)} ok (p50 {p([r[1] for r in ok], 0.5):.2f} s), {len(busy)} busy "
+        f"(p50 {p([r[1] for r in busy], 0.5):.3f} s, p95 {p([r[1] for r in busy], 0.95):.3f} s), "
+        f"{len(other)} other; RSS {rss0 / 1024:.0f} -> {rss1 / 1024:.0f} MB; "
+        f"busy message: {busy[0][2][:120] if busy else '-'}"
+    )
     assert not other, [(s, t[:200]) for s, _, t in other[:5]]
     assert len(ok) >= MAX_BATCH
     assert all('"text_output"' in t for _, _, t in ok)
@@ -100,8 +105,9 @@ def test_http_overload_sheds_fast_and_recovers(overload_server, emit):
     assert rss1 < rss0 * 1.5 + 200 * 1024, f"RSS grew from {rss0} to {rss1} kB"
     # Recovery: the next request is served at once.
     t1 = time.monotonic()
-    r = requests.post(f"http://{http}/v2/models/ensemble/generate", json={"text_input": "hi", "max_tokens": 2},
-                      timeout=30)
+    r = requests.post(
+        f"http://{http}/v2/models/ensemble/generate", json={"text_input": "hi", "max_tokens": 2}, timeout=30
+    )
     assert r.status_code == 200 and time.monotonic() - t1 < ok_p50, (r.status_code, r.text[:200])
 
 

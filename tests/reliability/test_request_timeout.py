@@ -31,8 +31,9 @@ def test_request_timeout_cancels_generation(timeout_server, emit):
     wait_metric(timeout_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=EVENT_TIMEOUT_S)
     t_out0 = metric(timeout_server, TIMED_OUT)
     t0 = time.monotonic()
-    r = requests.post(f"http://{timeout_server.http}/v2/models/ensemble/generate", json=long_request(TOKENS),
-                      timeout=TIMEOUT_S + 120)
+    r = requests.post(
+        f"http://{timeout_server.http}/v2/models/ensemble/generate", json=long_request(TOKENS), timeout=TIMEOUT_S + 120
+    )
     elapsed = time.monotonic() - t0
     emit(f"request_timeout_s={TIMEOUT_S}: answered {r.status_code} after {elapsed:.2f} s: {r.text[:160]}")
     assert r.status_code != 200, f"a request past its timeout was answered normally after {elapsed:.1f} s"
@@ -48,8 +49,11 @@ def test_request_timeout_streaming(timeout_server, emit):
     wait_metric(timeout_server, "llmserve_requests_running", lambda v: v == 0, timeout_s=EVENT_TIMEOUT_S)
     t_out0 = metric(timeout_server, TIMED_OUT)
     t0 = time.monotonic()
-    r = requests.post(f"http://{timeout_server.http}/v2/models/ensemble/generate_stream", json=long_request(TOKENS),
-                      timeout=TIMEOUT_S + 120)
+    r = requests.post(
+        f"http://{timeout_server.http}/v2/models/ensemble/generate_stream",
+        json=long_request(TOKENS),
+        timeout=TIMEOUT_S + 120,
+    )
     elapsed = time.monotonic() - t0
     events = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
     errors = [e["error"] for e in events if "error" in e]

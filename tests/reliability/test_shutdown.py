@@ -46,11 +46,26 @@ class Serve:
     def __init__(self, work: Path):
         self.http, self.grpc, self.metrics, self.openai = free_ports(4)
         self.log = work / f"serve-{self.http}.log"
-        cmd = [sys.executable, "-m", "llmserve.deploy.serve", "--spec", str(_spec(work)),
-               "--repository", str(work / "repo"), "--http-port", str(self.http), "--grpc-port", str(self.grpc),
-               "--metrics-port", str(self.metrics), "--openai-port", str(self.openai)]
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT,
-                                     start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmserve.deploy.serve",
+            "--spec",
+            str(_spec(work)),
+            "--repository",
+            str(work / "repo"),
+            "--http-port",
+            str(self.http),
+            "--grpc-port",
+            str(self.grpc),
+            "--metrics-port",
+            str(self.metrics),
+            "--openai-port",
+            str(self.openai),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+        )
         t0 = time.monotonic()
         while not is_ready(self.http, timeout=1):
             assert self.proc.poll() is None, self.log.read_text()[-3000:]
@@ -79,8 +94,7 @@ def test_idle_sigterm_exits_fast_and_leaves_nothing(serve, emit):
     rc = serve.proc.wait(60)
     took = time.monotonic() - t0
     left, _ = wait_gone(serve.pids, EVENT_TIMEOUT_S)
-    emit(f"serve.py idle SIGTERM: exited {rc} after {took:.2f} s; {len(serve.pids)} processes before, "
-         f"{len(left)} left")
+    emit(f"serve.py idle SIGTERM: exited {rc} after {took:.2f} s; {len(serve.pids)} processes before, {len(left)} left")
     assert took < shutdown_bound(), f"idle shutdown took {took:.1f} s (bound {shutdown_bound():.0f} s)"
     assert not left, left
 
@@ -89,9 +103,12 @@ def test_busy_sigterm_drains_the_stream_in_flight(serve, emit):
     got, done = [], threading.Event()
 
     def stream():
-        with requests.post(f"http://localhost:{serve.http}/v2/models/ensemble/generate_stream", stream=True,
-                           timeout=120, json={"text_input": "Count", "max_tokens": TOKENS, "min_tokens": TOKENS,
-                                              "stream": True}) as r:
+        with requests.post(
+            f"http://localhost:{serve.http}/v2/models/ensemble/generate_stream",
+            stream=True,
+            timeout=120,
+            json={"text_input": "Count", "max_tokens": TOKENS, "min_tokens": TOKENS, "stream": True},
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith(b"data:"):
                     got.append(json.loads(line[5:]))
@@ -110,8 +127,10 @@ def test_busy_sigterm_drains_the_stream_in_flight(serve, emit):
     errors = [e for e in got if "error" in e]
     # One event can carry several tokens (the engine coalesces when sends queue up).
     tokens = sum(len(lp) if isinstance(lp := e.get("output_log_probs"), list) else 1 for e in got if "error" not in e)
-    emit(f"serve.py SIGTERM with a {TOKENS}-token stream in flight: {tokens} tokens in {len(got)} events, "
-         f"{len(errors)} errors; exited {rc} {took:.2f} s after the signal")
+    emit(
+        f"serve.py SIGTERM with a {TOKENS}-token stream in flight: {tokens} tokens in {len(got)} events, "
+        f"{len(errors)} errors; exited {rc} {took:.2f} s after the signal"
+    )
     assert done.is_set() and not errors and tokens == TOKENS, (tokens, errors[:1])
     assert not wait_gone(serve.pids, EVENT_TIMEOUT_S)[0]
 
@@ -121,7 +140,9 @@ def test_sigkilled_supervisor_leaves_nothing(serve, emit):
     os.kill(serve.proc.pid, signal.SIGKILL)
     serve.proc.wait()
     left, took = wait_gone(serve.pids, EVENT_TIMEOUT_S)
-    emit(f"serve.py SIGKILLed: {len(before)} processes (tritonserver, stubs, watchdogs, reaper); "
-         f"{len(left)} left after {took:.2f} s")
+    emit(
+        f"serve.py SIGKILLed: {len(before)} processes (tritonserver, stubs, watchdogs, reaper); "
+        f"{len(left)} left after {took:.2f} s"
+    )
     assert not left, left
     assert not is_ready(serve.http, timeout=1)

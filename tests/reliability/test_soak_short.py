@@ -16,9 +16,17 @@ DURATION_S = long("soak_s")  # tests/durations.py: 60 s in CI, 120 s in full
 
 
 def test_soak_short(tiny_server, tmp_path, capsys):
-    report = soak.run(tiny_server.http, tiny_server.grpc, tiny_server.process.proc.pid, DURATION_S,
-                      warmup_s=DURATION_S / 4, concurrency=4, max_tokens=16, period_s=2.0,
-                      report_path=tmp_path / "soak-report.json")
+    report = soak.run(
+        tiny_server.http,
+        tiny_server.grpc,
+        tiny_server.process.proc.pid,
+        DURATION_S,
+        warmup_s=DURATION_S / 4,
+        concurrency=4,
+        max_tokens=16,
+        period_s=2.0,
+        report_path=tmp_path / "soak-report.json",
+    )
     with capsys.disabled():
         print("\n" + soak.summary(report), flush=True)
     assert report["errors"] == 0, report["error_samples"][:5]

@@ -11,20 +11,35 @@ import pytest
 from llmserve import contract
 from llmserve.contract import ErrorKind
 from llmserve.deploy.haproxy import Backend, render
-from llmserve.errors import (RETRY_ELSEWHERE, TRITON_CODE, EngineBusy, EngineUnavailable, RequestError, classify,
-                             kind_of, retry_elsewhere_markers, triton_error)
+from llmserve.errors import (
+    RETRY_ELSEWHERE,
+    TRITON_CODE,
+    EngineBusy,
+    EngineUnavailable,
+    RequestError,
+    classify,
+    kind_of,
+    retry_elsewhere_markers,
+    triton_error,
+)
 from llmserve.spec import ROOT, load_spec
 
 # Messages as they reach a client or a BLS caller (models and the ensemble prefix their own words).
 SEEN = {
-    ErrorKind.BUSY: ["in ensemble 'ensemble', " + str(EngineBusy("4 requests already wait for the engine")),
-                     "[request id: 7] Exceeds maximum queue size"],
-    ErrorKind.UNAVAILABLE: [str(EngineUnavailable("3 engine steps failed in a row")),
-                            "tensorrt_llm: " + str(EngineUnavailable("the server is shutting down")),
-                            "Stub process 'tensorrt_llm_0_0' is not healthy."],
+    ErrorKind.BUSY: [
+        "in ensemble 'ensemble', " + str(EngineBusy("4 requests already wait for the engine")),
+        "[request id: 7] Exceeds maximum queue size",
+    ],
+    ErrorKind.UNAVAILABLE: [
+        str(EngineUnavailable("3 engine steps failed in a row")),
+        "tensorrt_llm: " + str(EngineUnavailable("the server is shutting down")),
+        "Stub process 'tensorrt_llm_0_0' is not healthy.",
+    ],
     ErrorKind.TIMEOUT: ["timeout: request exceeded serving.request_timeout_s (3 s) and was cancelled"],
-    ErrorKind.INVALID_ARGUMENT: [str(RequestError("max_tokens", "must be in [1, 256], got 400")),
-                                 "in ensemble 'ensemble', invalid stop_words_list: token ids must lie in [0, 49152)"],
+    ErrorKind.INVALID_ARGUMENT: [
+        str(RequestError("max_tokens", "must be in [1, 256], got 400")),
+        "in ensemble 'ensemble', invalid stop_words_list: token ids must lie in [0, 49152)",
+    ],
     ErrorKind.CANCELLED: ["cancelled", "Request was cancelled", "tensorrt_llm: cancelled "],
     ErrorKind.INTERNAL: ["error: CUDA out of memory", "Failed to process the request(s) for model 'x'"],
 }
@@ -45,7 +60,9 @@ def test_exceptions_raised_here_have_their_kind_without_reading_the_message():
 
 def test_unary_twins_answer_each_kind_with_its_triton_code():
     codes = {name: name for name in set(TRITON_CODE.values())}
-    pb = SimpleNamespace(TritonError=type("TritonError", (), {**codes, "__init__": lambda s, m, c: setattr(s, "code", c)}))
+    pb = SimpleNamespace(
+        TritonError=type("TritonError", (), {**codes, "__init__": lambda s, m, c: setattr(s, "code", c)})
+    )
     for kind, messages in SEEN.items():
         for message in messages:
             assert triton_error(pb, message).code == TRITON_CODE[kind], message
@@ -77,13 +94,19 @@ def _string_constants(tree: ast.AST):
 def test_no_module_but_the_vocabulary_spells_an_error_marker():
     """A second copy of a marker (a list entry, a message prefix) is how classifications drift: they are
     written in contract.py only."""
-    markers = [m for ms in contract.ERROR_MARKERS.values() for m in ms] + [contract.BUSY_PREFIX, contract.UNAVAILABLE_PREFIX]
+    markers = [m for ms in contract.ERROR_MARKERS.values() for m in ms] + [
+        contract.BUSY_PREFIX,
+        contract.UNAVAILABLE_PREFIX,
+    ]
     package = Path(contract.__file__).parent
     offenders = []
     for path in sorted(package.rglob("*.py")):
         if path.name in ("contract.py", "errors.py"):
             continue
         for node in _string_constants(ast.parse(path.read_text())):
-            offenders += [f"{path.relative_to(package)}:{node.lineno}: {m!r}" for m in markers
-                          if node.value == m or node.value.startswith(m)]
+            offenders += [
+                f"{path.relative_to(package)}:{node.lineno}: {m!r}"
+                for m in markers
+                if node.value == m or node.value.startswith(m)
+            ]
     assert not offenders, "error markers outside contract.py:\n" + "\n".join(offenders)

@@ -20,8 +20,11 @@ def module_name(path: Path) -> str:
 
 
 def package_modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))
-            if "triton_models" not in p.parts and "__pycache__" not in p.parts}
+    return {
+        module_name(p): p
+        for p in sorted(PKG.rglob("*.py"))
+        if "triton_models" not in p.parts and "__pycache__" not in p.parts
+    }
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
@@ -59,7 +62,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(n)
         for m in sorted(graph[n]):
             if state.get(m) == 1:
-                return path[path.index(m):] + [m]
+                return path[path.index(m) :] + [m]
             if m not in state and (cycle := visit(m)):
                 return cycle
         path.pop()
@@ -117,6 +120,11 @@ def layer_of(module: str) -> int:
 
 def test_imports_run_down_the_layers():
     mods = package_modules()
-    climbs = [f"{n} -> {t}" for n, p in mods.items() if n != "llmserve"
-              for t in sorted(imports_of(n, p, set(mods))) if t != "llmserve" and layer_of(t) < layer_of(n)]
+    climbs = [
+        f"{n} -> {t}"
+        for n, p in mods.items()
+        if n != "llmserve"
+        for t in sorted(imports_of(n, p, set(mods)))
+        if t != "llmserve" and layer_of(t) < layer_of(n)
+    ]
     assert not climbs, "imports that climb a row of docs/architecture.md:\n" + "\n".join(climbs)

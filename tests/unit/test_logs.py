@@ -205,8 +205,9 @@ def _seq(done: dict, key: str, on_output=None) -> Sequence:
         if finished:
             done[key] = reason
 
-    return Sequence(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=3, min_tokens=3),
-                    on_output=on_output or record, key=key)
+    return Sequence(
+        prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=3, min_tokens=3), on_output=on_output or record, key=key
+    )
 
 
 def _wait(pred, timeout_s=60):
@@ -333,8 +334,9 @@ def test_health_is_quiet_and_a_request_id_in_use_is_made_unique(fe, caplog):
     fe.fake.error, fe.fake.delay_s, fe.fake.pieces = None, 0.3, [("x", 1)] * 3
     try:
         body = {"model": "test-model", "prompt": "x", "max_tokens": 3, "stream": True}
-        first = requests.post(fe.url + "/v1/completions", json=body, headers={"X-Request-Id": "dup"}, stream=True,
-                              timeout=30)
+        first = requests.post(
+            fe.url + "/v1/completions", json=body, headers={"X-Request-Id": "dup"}, stream=True, timeout=30
+        )
         second = requests.post(fe.url + "/v1/completions", json=body, headers={"X-Request-Id": "dup"}, timeout=30)
         first.close()
     finally:
@@ -349,8 +351,12 @@ def test_an_unexpected_error_is_logged_with_its_traceback_and_answered_500(fe, c
     caplog.set_level(logging.INFO, logger="llmserve")
     fe.fake.error = KeyError("surprise")
     try:
-        r = requests.post(fe.url + "/v1/completions", json={"model": "test-model", "prompt": "x", "max_tokens": 2},
-                          headers={"X-Request-Id": "oops-1"}, timeout=30)
+        r = requests.post(
+            fe.url + "/v1/completions",
+            json={"model": "test-model", "prompt": "x", "max_tokens": 2},
+            headers={"X-Request-Id": "oops-1"},
+            timeout=30,
+        )
     finally:
         fe.fake.error = None
     assert r.status_code == 500 and r.headers["x-request-id"] == "oops-1"
@@ -372,8 +378,9 @@ def test_a_failing_send_is_logged_with_its_request_id(caplog):
         raise RuntimeError("Unable to send response")
 
     sender = SimpleNamespace(send=refuse, is_cancelled=lambda: False)
-    request = SimpleNamespace(get_response_sender=lambda: sender, requested_output_names=lambda: [],
-                              request_id=lambda: "req-send-1")
+    request = SimpleNamespace(
+        get_response_sender=lambda: sender, requested_output_names=lambda: [], request_id=lambda: "req-send-1"
+    )
     pb = SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1)
     sends = SendQueue(threads=1)
     send = StreamSender(pb, request, sends)

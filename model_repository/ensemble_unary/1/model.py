@@ -49,9 +49,13 @@ class TritonPythonModel:
         # The client's request id travels on, so a `stop` with it reaches the generation.
         # Its request parameters too: preprocessing refuses the unknown ones (HTTP generate makes
         # them of unknown JSON keys), which the twin must not drop in silence.
-        bls = pb_utils.InferenceRequest(model_name=self.target, inputs=inputs, requested_output_names=self.outputs,
-                                        request_id=request.request_id(),
-                                        parameters=json.loads(request.parameters() or "{}"))
+        bls = pb_utils.InferenceRequest(
+            model_name=self.target,
+            inputs=inputs,
+            requested_output_names=self.outputs,
+            request_id=request.request_id(),
+            parameters=json.loads(request.parameters() or "{}"),
+        )
         # The iterator blocks while the target generates: drain it off the event loop so the
         # other requests of this batch proceed concurrently.
         responses = await asyncio.to_thread(list, await bls.async_exec(decoupled=True))

@@ -27,5 +27,9 @@ class TritonPythonModel:
         for request, read in zip(requests, reads):
             self.cancel.cancelled(request, read)  # sends the stop; the step is answered as usual, never with an error
         results = postprocess_batch(self.detok, reads)
-        return [error_response(pb_utils, r) if isinstance(r, Exception)
-                else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r)) for r in results]
+        return [
+            error_response(pb_utils, r)
+            if isinstance(r, Exception)
+            else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r))
+            for r in results
+        ]

@@ -17,7 +17,14 @@ class TritonPythonModel:
         self.pre = Preprocessor(PreprocessOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo)))
 
     def execute(self, requests):
-        results = self.pre.process([reader(pb_utils, r) for r in requests], [r.parameters() for r in requests],
-                                   [r.request_id() for r in requests])
-        return [error_response(pb_utils, r) if isinstance(r, Exception)
-                else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r)) for r in results]
+        results = self.pre.process(
+            [reader(pb_utils, r) for r in requests],
+            [r.parameters() for r in requests],
+            [r.request_id() for r in requests],
+        )
+        return [
+            error_response(pb_utils, r)
+            if isinstance(r, Exception)
+            else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, r))
+            for r in results
+        ]

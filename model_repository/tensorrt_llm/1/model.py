@@ -21,8 +21,15 @@ from llmserve.pipeline.engine_service import EngineService
 from llmserve.pipeline.health import StubWatchdog
 from llmserve.pipeline.metrics import EngineMetrics
 from llmserve.pipeline.options import EngineOptions
-from llmserve.pipeline.triton_glue import (SendQueue, StreamSender, error_response, failure_code, parameters, reader,
-                                           tensors)
+from llmserve.pipeline.triton_glue import (
+    SendQueue,
+    StreamSender,
+    error_response,
+    failure_code,
+    parameters,
+    reader,
+    tensors,
+)
 from llmserve.request.token_request import is_stop_request
 from llmserve.text.tokenizer import resolve_dir
 
@@ -36,7 +43,8 @@ class TritonPythonModel:
         self.metrics = EngineMetrics(pb_utils, self.service.engine, labels={"model": args["model_name"]})
         self.sends = SendQueue()
         self.watchdog = StubWatchdog(args.get("model_instance_name", args["model_name"])).start(
-            self.service.engine.health)
+            self.service.engine.health
+        )
 
     def _stop(self, request) -> None:
         key = request.request_id()
@@ -71,9 +79,11 @@ class TritonPythonModel:
             event = threading.Event()
 
             def send(outputs, final, failure=None, message=None, i=i, event=event):
-                responses[i] = (pb_utils.InferenceResponse(error=pb_utils.TritonError(message, failure_code(pb_utils, failure)))
-                                if failure else
-                                pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs or {})))
+                responses[i] = (
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(message, failure_code(pb_utils, failure)))
+                    if failure
+                    else pb_utils.InferenceResponse(output_tensors=tensors(pb_utils, outputs or {}))
+                )
                 event.set()
 
             try:

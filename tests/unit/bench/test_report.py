@@ -32,9 +32,12 @@ def test_an_empty_run_has_no_latencies_instead_of_failing():
 
 def test_ratios_pair_runs_of_the_same_mode_and_load_only():
     def run(target, load, tps, ttft):
-        return {"target": target, "mode": "concurrency", "load": load,
-                "summary": {"output_tokens_per_s": tps, "ttft_ms": {"p50": ttft}}}
+        return {
+            "target": target,
+            "mode": "concurrency",
+            "load": load,
+            "summary": {"output_tokens_per_s": tps, "ttft_ms": {"p50": ttft}},
+        }
 
     runs = [run("ensemble", 8, 90.0, 30.0), run("engine", 8, 100.0, 20.0), run("ensemble", 16, 150.0, 40.0)]
-    assert ratios(runs, "ensemble", "engine") == {
-        "concurrency=8": {"throughput_ratio": 0.9, "ttft_p50_ratio": 1.5}}
+    assert ratios(runs, "ensemble", "engine") == {"concurrency=8": {"throughput_ratio": 0.9, "ttft_p50_ratio": 1.5}}

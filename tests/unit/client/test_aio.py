@@ -34,12 +34,16 @@ class Scripted(EnsembleClient):
 def run(client: Scripted, stats: Stats) -> list[Piece]:
     async def go():
         return [p async for p in client.generate(REQUEST, "cmpl-1", stats)]
+
     return asyncio.run(go())
 
 
 def test_retry_then_resume_on_the_other_server():
-    c = Scripted([in_band_error("server busy: full")], [Piece("Hel", 1), Piece("lo", 2), StreamBroken("cut")],
-                 [Piece("!", 1), None])
+    c = Scripted(
+        [in_band_error("server busy: full")],
+        [Piece("Hel", 1), Piece("lo", 2), StreamBroken("cut")],
+        [Piece("!", 1), None],
+    )
     st = Stats()
     assert "".join(p.text for p in run(c, st)) == "Hello!"
     (u1, b1, id1), (u2, b2, id2), (u3, b3, id3) = c.calls
@@ -52,17 +56,23 @@ def test_retry_then_resume_on_the_other_server():
 
 
 def test_request_errors_and_timeouts_are_not_retried():
-    for message, kind in (("invalid temperature: -1", ErrorKind.INVALID_ARGUMENT),
-                          ("timeout: request exceeded serving.request_timeout_s", ErrorKind.TIMEOUT)):
+    for message, kind in (
+        ("invalid temperature: -1", ErrorKind.INVALID_ARGUMENT),
+        ("timeout: request exceeded serving.request_timeout_s", ErrorKind.TIMEOUT),
+    ):
         c = Scripted([in_band_error(message)])
         with pytest.raises(GenerationError) as e:
             run(c, Stats())
         assert e.value.kind is kind and not e.value.retryable and len(c.calls) == 1
 
 
-@pytest.mark.parametrize("last, kind", [(in_band_error("server busy: full"), ErrorKind.BUSY),
-                                        (GenerationError("StatusCode.UNAVAILABLE: gone", retryable=True),
-                                         ErrorKind.UNAVAILABLE)])
+@pytest.mark.parametrize(
+    "last, kind",
+    [
+        (in_band_error("server busy: full"), ErrorKind.BUSY),
+        (GenerationError("StatusCode.UNAVAILABLE: gone", retryable=True), ErrorKind.UNAVAILABLE),
+    ],
+)
 def test_gives_up_busy_or_unavailable(last, kind):
     c = Scripted([StreamBroken("cut")], [last], max_attempts=2)
     with pytest.raises(GaveUp) as e:

@@ -60,8 +60,13 @@ def test_a_broken_stream_resumes_with_the_text_so_far():
     assert list(gen) == ["Hel", "lo", " world"]
     (_, first), (second_endpoint, resumed) = c.transport.calls
     assert second_endpoint == "b"
-    assert resumed == {**first, "text_input": "Say helloHello", "max_tokens": 3, "min_tokens": 1,
-                       "apply_chat_template": False}
+    assert resumed == {
+        **first,
+        "text_input": "Say helloHello",
+        "max_tokens": 3,
+        "min_tokens": 1,
+        "apply_chat_template": False,
+    }
     assert (gen.stats.resumes, gen.stats.retries, gen.stats.tokens) == (1, 0, 3)
 
 
@@ -103,8 +108,11 @@ def test_the_stream_gives_up_after_max_attempts():
 
 
 def test_generate_retries_and_counts_into_the_callers_stats():
-    c = client([GenerationError("HTTP 503: no server", status=503, retryable=True)], [Piece("whole answer", 3), None],
-               endpoints=("a", "b"))
+    c = client(
+        [GenerationError("HTTP 503: no server", status=503, retryable=True)],
+        [Piece("whole answer", 3), None],
+        endpoints=("a", "b"),
+    )
     st = Stats()
     assert c.generate("hi", 8, stats=st) == "whole answer"
     assert (st.attempts, st.retries, st.endpoints) == (2, 1, ["a", "b"])

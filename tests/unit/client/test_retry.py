@@ -5,8 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from llmserve.client.retry import (GRPC_RETRY, Attempts, Backoff, GaveUp, GenerationError, Picker, Server, Stats,
-                                   StreamBroken, grpc_error, http_error, in_band_error, resume_request)
+from llmserve.client.retry import (
+    GRPC_RETRY,
+    Attempts,
+    Backoff,
+    GaveUp,
+    GenerationError,
+    Picker,
+    Server,
+    Stats,
+    StreamBroken,
+    grpc_error,
+    http_error,
+    in_band_error,
+    resume_request,
+)
 from llmserve.errors import ErrorKind
 
 REQUEST = {"text_input": "<user>hi</user>", "max_tokens": 10, "min_tokens": 4, "apply_chat_template": True}
@@ -18,15 +31,18 @@ def attempts(request=REQUEST, servers=2, backoff=NO_WAIT, seen=lambda: "SEEN:") 
 
 
 # --- what is retried ------------------------------------------------------------------------------
-@pytest.mark.parametrize("message, kind, retryable", [
-    ("invalid max_tokens: must be at least 1", ErrorKind.INVALID_ARGUMENT, False),
-    ("in ensemble 'ensemble', timeout: request exceeded serving.request_timeout_s", ErrorKind.TIMEOUT, False),
-    ("server busy: 64 requests waiting", ErrorKind.BUSY, True),
-    ("Exceeds maximum queue size", ErrorKind.BUSY, True),
-    ("engine unavailable: shutting down", ErrorKind.UNAVAILABLE, True),
-    ("Stub process 'tensorrt_llm_0_0' is not healthy.", ErrorKind.UNAVAILABLE, True),
-    ("something else broke", ErrorKind.INTERNAL, True),
-])
+@pytest.mark.parametrize(
+    "message, kind, retryable",
+    [
+        ("invalid max_tokens: must be at least 1", ErrorKind.INVALID_ARGUMENT, False),
+        ("in ensemble 'ensemble', timeout: request exceeded serving.request_timeout_s", ErrorKind.TIMEOUT, False),
+        ("server busy: 64 requests waiting", ErrorKind.BUSY, True),
+        ("Exceeds maximum queue size", ErrorKind.BUSY, True),
+        ("engine unavailable: shutting down", ErrorKind.UNAVAILABLE, True),
+        ("Stub process 'tensorrt_llm_0_0' is not healthy.", ErrorKind.UNAVAILABLE, True),
+        ("something else broke", ErrorKind.INTERNAL, True),
+    ],
+)
 def test_in_band_errors_are_classified_by_message(message, kind, retryable):
     e = in_band_error(message)
     assert (e.kind, e.retryable, str(e)) == (kind, retryable, message)
@@ -112,8 +128,13 @@ def test_after_tokens_the_stream_resumes_with_the_text_so_far():
     a.received("lo", 1)
     assert a.failed("a", StreamBroken("cut")) == 0.0
     body = a.body()
-    assert body == {**REQUEST, "text_input": "SEEN:Hello", "apply_chat_template": False, "max_tokens": 6,
-                    "min_tokens": 0}
+    assert body == {
+        **REQUEST,
+        "text_input": "SEEN:Hello",
+        "apply_chat_template": False,
+        "max_tokens": 6,
+        "min_tokens": 0,
+    }
     assert body == resume_request(REQUEST, "SEEN:", "Hello", 4)
     a.begin("b")
     a.received(" world", 1)
@@ -140,8 +161,9 @@ def test_errors_that_are_not_retryable_are_raised_at_once():
     assert raised.value is e and a.stats.errors == [] and a.stats.retries == 0
 
 
-@pytest.mark.parametrize("last, kind", [(in_band_error("server busy: full"), ErrorKind.BUSY),
-                                        (StreamBroken("cut"), ErrorKind.UNAVAILABLE)])
+@pytest.mark.parametrize(
+    "last, kind", [(in_band_error("server busy: full"), ErrorKind.BUSY), (StreamBroken("cut"), ErrorKind.UNAVAILABLE)]
+)
 def test_the_budget_counts_every_send(last, kind):
     a = attempts(backoff=Backoff(0.0, 0.0, max_attempts=3))
     for url in ("a", "b"):

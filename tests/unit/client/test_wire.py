@@ -13,8 +13,16 @@ from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, 
 from llmserve.client import wire
 from llmserve.contract import ENGINE, ENGINE_INPUTS, ENSEMBLE, ENSEMBLE_INPUTS, by_name
 
-BODY = wire.ensemble_body("北京 🌊", 12, stop_words=["\n\n", "END"], temperature=0.5, top_k=3, seed=2**64 - 1,
-                          stream=True, apply_chat_template=False)
+BODY = wire.ensemble_body(
+    "北京 🌊",
+    12,
+    stop_words=["\n\n", "END"],
+    temperature=0.5,
+    top_k=3,
+    seed=2**64 - 1,
+    stream=True,
+    apply_chat_template=False,
+)
 
 
 def decode(req: service_pb2.ModelInferRequest) -> dict:
@@ -49,8 +57,9 @@ def test_ensemble_request_round_trip():
 def test_infer_inputs_match_the_raw_request(module):
     inputs = wire.infer_inputs(BODY, module)
     req = wire.ensemble_request(BODY, "x")
-    assert [(i.name(), i.datatype(), list(i.shape())) for i in inputs] == \
-           [(t.name, t.datatype, list(t.shape)) for t in req.inputs]
+    assert [(i.name(), i.datatype(), list(i.shape())) for i in inputs] == [
+        (t.name, t.datatype, list(t.shape)) for t in req.inputs
+    ]
 
 
 def test_unknown_inputs_are_refused():

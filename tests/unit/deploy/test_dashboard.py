@@ -9,8 +9,12 @@ from llmserve.openai_api.metrics import Metrics
 from llmserve.pipeline.metrics import COUNTERS, GAUGES
 from llmserve.spec import ROOT
 
-TRITON = {"nv_inference_request_success", "nv_inference_request_failure", "nv_inference_queue_duration_us",
-          "nv_inference_pending_request_count"}
+TRITON = {
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_queue_duration_us",
+    "nv_inference_pending_request_count",
+}
 
 
 def test_dashboard_reads_exported_series():
@@ -23,5 +27,8 @@ def test_dashboard_reads_exported_series():
     exported |= set(GAUGES) | set(COUNTERS) | TRITON
     missing = sorted(n for n in names if n not in exported)
     assert not missing, missing
-    assert {p["title"] for p in dash["panels"]} >= {"Time to first token", "Inter-token latency",
-                                                    "End-to-end request latency"}
+    assert {p["title"] for p in dash["panels"]} >= {
+        "Time to first token",
+        "Inter-token latency",
+        "End-to-end request latency",
+    }

@@ -31,8 +31,12 @@ def test_state_command_refuses_an_unknown_state():
 
 def test_parse_stat_keeps_servers_only():
     rows = parse_stat(STAT)
-    assert set(rows) == {("triton_http", "triton0"), ("triton_http", "triton1"), ("triton_grpc", "triton0"),
-                         ("triton_grpc", "triton1")}
+    assert set(rows) == {
+        ("triton_http", "triton0"),
+        ("triton_http", "triton1"),
+        ("triton_grpc", "triton0"),
+        ("triton_grpc", "triton1"),
+    }
     assert rows[("triton_http", "triton1")]["status"] == "DRAIN"
     assert parse_stat("") == {}
 
@@ -119,8 +123,16 @@ def test_rolling_restart_drains_restarts_and_readies_one_server_at_a_time():
         restarted.append(name)
 
     report = rolling_restart(api, ["triton0", "triton1"], restart, drain_timeout_s=5)
-    assert api.calls == [("triton0", "drain"), ("triton0", "maint"), ("triton0", "restart"), ("triton0", "ready"),
-                         ("triton0", "UP"),
-                         ("triton1", "drain"), ("triton1", "maint"), ("triton1", "restart"), ("triton1", "ready"),
-                         ("triton1", "UP")]
+    assert api.calls == [
+        ("triton0", "drain"),
+        ("triton0", "maint"),
+        ("triton0", "restart"),
+        ("triton0", "ready"),
+        ("triton0", "UP"),
+        ("triton1", "drain"),
+        ("triton1", "maint"),
+        ("triton1", "restart"),
+        ("triton1", "ready"),
+        ("triton1", "UP"),
+    ]
     assert [r["server"] for r in report] == ["triton0", "triton1"] and all(r["left_sessions"] == 0 for r in report)

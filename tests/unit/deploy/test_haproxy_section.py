@@ -12,8 +12,12 @@ from llmserve.spec import ROOT, load_spec
 
 def test_openai_frontend_is_rendered_and_valid(tmp_path):
     spec = load_spec(ROOT / "specs" / "default.yaml")
-    text = render(spec, local_backends(spec, 2), stats_socket="",
-                  openai=[("openai0", "127.0.0.1", 19000), ("openai1", "127.0.0.1", 19001)])
+    text = render(
+        spec,
+        local_backends(spec, 2),
+        stats_socket="",
+        openai=[("openai0", "127.0.0.1", 19000), ("openai1", "127.0.0.1", 19001)],
+    )
     assert f"bind {spec.ha.bind}:{spec.openai.port}" in text
     assert "option httpchk GET /health" in text and "server openai1 127.0.0.1:19001 check" in text
     assert "if !openai_api !openai_health" in text

@@ -16,8 +16,16 @@ SHARED = ("--model-control-mode=none", "--strict-readiness=true", "--disable-aut
 
 
 def _local() -> list[str]:
-    return command(ServerPaths(Path("/x/tritonserver"), Path("/x/backends")), Path("/repo"), http_port=1,
-                   grpc_port=2, metrics_port=3, exit_timeout_s=30, instance_tag="t", admin_key="k")
+    return command(
+        ServerPaths(Path("/x/tritonserver"), Path("/x/backends")),
+        Path("/repo"),
+        http_port=1,
+        grpc_port=2,
+        metrics_port=3,
+        exit_timeout_s=30,
+        instance_tag="t",
+        admin_key="k",
+    )
 
 
 @pytest.mark.parametrize("flag", SHARED)
@@ -25,4 +33,3 @@ def test_local_and_production_launchers_agree(flag):
     launch = (ROOT / "docker" / "launch.sh").read_text()
     assert re.search(rf"^\s*{re.escape(flag)}\s*$", launch, re.M), f"docker/launch.sh lacks {flag}"
     assert flag in _local()
-

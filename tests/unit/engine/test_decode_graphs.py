@@ -21,8 +21,13 @@ def test_static_decode_matches_eager():
     m = LlamaModel(path, torch.device("cpu"), torch.float32, max_slots=6, max_seq_len=40)
     lens, slots = [5, 9, 3], torch.tensor([4, 1, 2])
     width = max(lens)
-    m.forward(torch.randint(0, m.cfg.vocab_size, (3, width)), slots, torch.arange(width).expand(3, width),
-              torch.tensor([n - 1 for n in lens]), width)
+    m.forward(
+        torch.randint(0, m.cfg.vocab_size, (3, width)),
+        slots,
+        torch.arange(width).expand(3, width),
+        torch.tensor([n - 1 for n in lens]),
+        width,
+    )
     # slot 0 holds a prompt prefilled in the same step: the static step must not touch it
     m.forward(torch.randint(0, m.cfg.vocab_size, (1, 4)), torch.tensor([0]), torch.arange(4).view(1, 4), None, 4)
     k0, v0 = m.k_cache.clone(), m.v_cache.clone()
@@ -50,8 +55,13 @@ def test_prefill_graph_body_matches_eager_prefill():
     tokens = torch.zeros((3, width), dtype=torch.long)
     for i, p in enumerate(prompts):
         tokens[i, : len(p)] = torch.tensor(p)
-    ref = m.forward(tokens, torch.tensor(slots), torch.arange(width).expand(3, width),
-                    torch.tensor([len(p) - 1 for p in prompts]), width)
+    ref = m.forward(
+        tokens,
+        torch.tensor(slots),
+        torch.arange(width).expand(3, width),
+        torch.tensor([len(p) - 1 for p in prompts]),
+        width,
+    )
     k_ref, v_ref = m.k_cache.clone(), m.v_cache.clone()
     m.k_cache.zero_(), m.v_cache.zero_()
     graphs = PrefillGraphs(m, max_input_len=20, capture=False)

@@ -30,8 +30,9 @@ def _seq(done: dict, name: str, n: int = 4, key: str = "") -> Sequence:
         if finished:
             done[name] = (reason, seq.error)
 
-    return Sequence(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=n, min_tokens=n), on_output=on_output,
-                    key=key)
+    return Sequence(
+        prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=n, min_tokens=n), on_output=on_output, key=key
+    )
 
 
 def _wait(pred, timeout_s=30):
@@ -102,10 +103,10 @@ def test_no_request_is_lost_when_a_step_fails_while_others_submit(engine_parts):
         return real(*a, **k)
 
     model.forward = sometimes
-    engine_mod.MAX_CONSECUTIVE_FAILURES, saved = 10 ** 9, engine_mod.MAX_CONSECUTIVE_FAILURES
+    engine_mod.MAX_CONSECUTIVE_FAILURES, saved = 10**9, engine_mod.MAX_CONSECUTIVE_FAILURES
     try:
         engine.start()
-        done, lock = {}, threading.Lock()
+        done = {}
 
         def client(c):
             for j in range(15):
@@ -122,8 +123,10 @@ def test_no_request_is_lost_when_a_step_fails_while_others_submit(engine_parts):
     finally:
         engine_mod.MAX_CONSECUTIVE_FAILURES = saved
     reasons = [r for r, _ in done.values()]
-    print(f"\n60 requests under failing steps: {reasons.count(FinishReason.LENGTH)} served, "
-          f"{reasons.count(FinishReason.ERROR)} failed with their step, 0 lost")
+    print(
+        f"\n60 requests under failing steps: {reasons.count(FinishReason.LENGTH)} served, "
+        f"{reasons.count(FinishReason.ERROR)} failed with their step, 0 lost"
+    )
     assert len(done) == 60
 
 

@@ -15,8 +15,12 @@ def _chunks(path, interval_s: float, n: int = 10) -> list[list[int]]:
     model = LlamaModel(path, torch.device("cpu"), torch.float32, max_slots=2, max_seq_len=64)
     engine = make_engine(model, load_fast(path), stream_interval_s=interval_s)
     chunks = []
-    seq = Sequence(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=n, min_tokens=n),
-                   on_output=lambda s, tokens, lp, fin, why: chunks.append(tokens), streaming=True)
+    seq = Sequence(
+        prompt=[1, 2, 3],
+        params=SamplingParams(max_new_tokens=n, min_tokens=n),
+        on_output=lambda s, tokens, lp, fin, why: chunks.append(tokens),
+        streaming=True,
+    )
     engine.submit(seq)
     while engine.running or engine.waiting:
         engine.step()
@@ -41,8 +45,11 @@ def test_a_failing_callback_ends_only_its_own_request(tiny_llama):
         raise RuntimeError("response sender closed")
 
     bad = Sequence(prompt=[1, 2], params=SamplingParams(max_new_tokens=8, min_tokens=8), on_output=broken)
-    ok = Sequence(prompt=[1, 3], params=SamplingParams(max_new_tokens=8, min_tokens=8),
-                  on_output=lambda s, tokens, lp, fin, why: good.append((tokens, fin, why)))
+    ok = Sequence(
+        prompt=[1, 3],
+        params=SamplingParams(max_new_tokens=8, min_tokens=8),
+        on_output=lambda s, tokens, lp, fin, why: good.append((tokens, fin, why)),
+    )
     engine.submit(bad)
     engine.submit(ok)
     while engine.running or engine.waiting:

@@ -19,7 +19,7 @@ PROMPTS = [[1, 504, 3458, 314], [1, 20, 30, 40, 50, 60, 70, 80, 90], [5], [1, 2,
 def _hf_greedy(path, prompt, n):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def _run_engine(path, arrivals, n, graphs=False, params=None):
@@ -70,8 +70,14 @@ def test_slots_are_reused_after_requests_finish(tiny_llama):
     model = LlamaModel(tiny_llama, torch.device("cpu"), torch.float32, max_slots=2, max_seq_len=64)
     engine = make_engine(model, load_fast(tiny_llama))
     outputs = {}
-    seqs = [Sequence(prompt=p, params=SamplingParams(max_new_tokens=n),
-                     on_output=lambda s, t, lp, f, r: outputs.setdefault(s.id, []).extend(t)) for p in PROMPTS]
+    seqs = [
+        Sequence(
+            prompt=p,
+            params=SamplingParams(max_new_tokens=n),
+            on_output=lambda s, t, lp, f, r: outputs.setdefault(s.id, []).extend(t),
+        )
+        for p in PROMPTS
+    ]
     for s in seqs:
         engine.submit(s)
     while engine.running or engine.waiting:
@@ -86,10 +92,12 @@ def test_graph_step_mixes_greedy_sampled_and_min_tokens_rows_like_the_eager_path
     n = 10
     first = _run_engine(tiny_llama, arrivals=[0, 0, 0, 0], n=n)[0]
     eos = first[0][2]  # an end id the greedy path emits at step 3: min_tokens must mask it
-    params = [SamplingParams(max_new_tokens=n, end_ids=(eos,), min_tokens=n),
-              SamplingParams(max_new_tokens=n, temperature=0.8, seed=7),
-              SamplingParams(max_new_tokens=n, repetition_penalty=1.3),
-              SamplingParams(max_new_tokens=n, end_ids=(eos,))]
+    params = [
+        SamplingParams(max_new_tokens=n, end_ids=(eos,), min_tokens=n),
+        SamplingParams(max_new_tokens=n, temperature=0.8, seed=7),
+        SamplingParams(max_new_tokens=n, repetition_penalty=1.3),
+        SamplingParams(max_new_tokens=n, end_ids=(eos,)),
+    ]
     eager, _ = _run_engine(tiny_llama, arrivals=[0, 1, 2, 3], n=n, params=params)
     step, _ = _run_engine(tiny_llama, arrivals=[0, 1, 2, 3], n=n, graphs=True, params=params)
     assert step == eager

@@ -17,15 +17,26 @@ def _run(path, params: SamplingParams, streaming: bool, n_requests: int = 3) -> 
     engine = make_engine(model, load_fast(path), stream_interval_s=0.0)
     outs = [[] for _ in range(n_requests)]
     for i in range(n_requests):  # more requests than slots: admission in flight
-        engine.submit(Sequence(prompt=[1, 2, 3 + i], params=params, streaming=streaming,
-                               on_output=lambda s, tokens, lp, fin, why, i=i: outs[i].append(tokens)))
+        engine.submit(
+            Sequence(
+                prompt=[1, 2, 3 + i],
+                params=params,
+                streaming=streaming,
+                on_output=lambda s, tokens, lp, fin, why, i=i: outs[i].append(tokens),
+            )
+        )
     while engine.running or engine.waiting:
         engine.step()
     return outs
 
 
-@pytest.mark.parametrize("params", [SamplingParams(max_new_tokens=7, min_tokens=7),
-                                    SamplingParams(max_new_tokens=7, temperature=0.8, seed=1, repetition_penalty=1.1)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_new_tokens=7, min_tokens=7),
+        SamplingParams(max_new_tokens=7, temperature=0.8, seed=1, repetition_penalty=1.1),
+    ],
+)
 def test_exact_lengths_streamed_one_token_per_step(tiny_llama, params):
     model = NullModel(tiny_llama, step_ms=0.0, max_slots=2, max_seq_len=64)
     for chunks in _run(tiny_llama, params, streaming=True):

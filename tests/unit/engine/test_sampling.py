@@ -20,16 +20,22 @@ def test_seeded_sampling_does_not_depend_on_batch_neighbours():
     logits = _logits()
     alone = sample(logits[:1], [p], [[]], [[]], [torch.Generator().manual_seed(7)])[0][0]
     greedy = SamplingParams(max_new_tokens=1)
-    batched = sample(logits, [p, greedy, greedy], [[]] * 3, [[]] * 3,
-                     [torch.Generator().manual_seed(7), None, None])[0][0]
+    batched = sample(logits, [p, greedy, greedy], [[]] * 3, [[]] * 3, [torch.Generator().manual_seed(7), None, None])[
+        0
+    ][0]
     assert alone == batched
 
 
 def test_top_k_one_and_penalties():
     logits = _logits(rows=1)
     best = int(logits[0].argmax())
-    assert sample(logits, [SamplingParams(max_new_tokens=1, temperature=1.0, top_k=1)], [[]], [[]],
-                  [torch.Generator().manual_seed(0)])[0] == [best]
+    assert sample(
+        logits,
+        [SamplingParams(max_new_tokens=1, temperature=1.0, top_k=1)],
+        [[]],
+        [[]],
+        [torch.Generator().manual_seed(0)],
+    )[0] == [best]
     banned = SamplingParams(max_new_tokens=1, bad_words=[[best]])
     assert sample(logits, [banned], [[]], [[]], [None])[0] != [best]
     no_eos = SamplingParams(max_new_tokens=5, end_ids=(best,), min_tokens=2)

@@ -11,21 +11,25 @@ import uvicorn
 from llmserve.openai_api.app import create_app
 from llmserve.openai_api.auth import KeyCheck
 from llmserve.openai_api.prompts import Limits
-from llmserve.openai_api.service import Service, Settings
 from llmserve.openai_api.scripted import ScriptedEnsemble
-
+from llmserve.openai_api.service import Service, Settings
 
 FakeEnsemble = ScriptedEnsemble
 
 
 class Frontend:
     def __init__(self, tokenizer_dir: str, port: int, fake: FakeEnsemble, keys=(), max_output_len: int = 64):
-        settings = Settings(model="test-model", tokenizer_dir=tokenizer_dir, endpoints=["unused:1"],
-                            limits=Limits(max_input_len=256, max_output_len=max_output_len, default_max_tokens=16))
+        settings = Settings(
+            model="test-model",
+            tokenizer_dir=tokenizer_dir,
+            endpoints=["unused:1"],
+            limits=Limits(max_input_len=256, max_output_len=max_output_len, default_max_tokens=16),
+        )
         self.service = Service(settings, client=fake)
         self.fake, self.port = fake, port
-        config = uvicorn.Config(create_app(self.service, KeyCheck(keys)), host="127.0.0.1", port=port,
-                                log_level="warning", loop="asyncio")
+        config = uvicorn.Config(
+            create_app(self.service, KeyCheck(keys)), host="127.0.0.1", port=port, log_level="warning", loop="asyncio"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -12,7 +12,8 @@ import requests
 
 from llmserve.deploy.tritonserver import free_ports
 from llmserve.openai_api.errors import busy
-from llmserve.spec import load_spec, ROOT
+from llmserve.spec import ROOT, load_spec
+
 from .fake import FakeEnsemble, Frontend
 
 TOKENIZER = str(load_spec(ROOT / "specs" / "default.yaml").checkpoint_path())
@@ -44,8 +45,15 @@ def test_chat_whole_and_streamed(fe, fake):
     sent = fake.requests[-1]
     assert sent["apply_chat_template"] is False and sent["stream"] is True and sent["max_tokens"] == 10
     assert sent["text_input"].endswith("<|im_start|>assistant\n")
-    chunks = list(c.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "hi"}],
-                                            max_tokens=3, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        c.chat.completions.create(
+            model="test-model",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "你好🌊"
     assert chunks[-2].choices[0].finish_reason == "length"  # 3 tokens = max_tokens
@@ -54,8 +62,12 @@ def test_chat_whole_and_streamed(fe, fake):
 
 
 def test_raw_sse_ends_with_done_and_utf8(fe, fake):
-    r = requests.post(fe.url + "/v1/completions", json={"model": "test-model", "prompt": "x", "stream": True,
-                                                        "max_tokens": 8}, stream=True, timeout=30)
+    r = requests.post(
+        fe.url + "/v1/completions",
+        json={"model": "test-model", "prompt": "x", "stream": True, "max_tokens": 8},
+        stream=True,
+        timeout=30,
+    )
     assert r.headers["content-type"].startswith("text/event-stream")
     events = [line for line in r.iter_lines() if line]
     assert events[-1] == b"data: [DONE]"
@@ -63,17 +75,31 @@ def test_raw_sse_ends_with_done_and_utf8(fe, fake):
     assert json.loads(events[-2][5:])["choices"][0]["finish_reason"] == "stop"
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"n": 2}, "n"), ({"tools": [{"type": "function"}]}, "tools"), ({"logprobs": True}, "logprobs"),
-    ({"response_format": {"type": "json_object"}}, "response_format"), ({"logit_bias": {"5": 1}}, "logit_bias"),
-    ({"foo": 1}, "foo"), ({"max_tokens": "5"}, "max_tokens"), ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": 65}, "max_tokens"), ({"top_p": 0}, "top_p"), ({"seed": -1}, "seed"), ({"stop": [""]}, "stop"),
-    ({"messages": []}, "messages"), ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     "messages[0].content[0].type"),
-    ({"min_tokens": 20, "max_tokens": 10}, "min_tokens"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"n": 2}, "n"),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"logprobs": True}, "logprobs"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"logit_bias": {"5": 1}}, "logit_bias"),
+        ({"foo": 1}, "foo"),
+        ({"max_tokens": "5"}, "max_tokens"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 65}, "max_tokens"),
+        ({"top_p": 0}, "top_p"),
+        ({"seed": -1}, "seed"),
+        ({"stop": [""]}, "stop"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "messages[0].content[0].type",
+        ),
+        ({"min_tokens": 20, "max_tokens": 10}, "min_tokens"),
+    ],
+)
 def test_refusals_name_the_field(fe, fake, body, param):
     req = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], **body}
     r = requests.post(fe.url + "/v1/chat/completions", json=req, timeout=30)
@@ -83,10 +109,25 @@ def test_refusals_name_the_field(fe, fake, body, param):
 
 
 def test_defaults_are_accepted(fe, fake):
-    r = requests.post(fe.url + "/v1/chat/completions", timeout=30, json={
-        "model": "test-model", "messages": [{"role": "developer", "content": "x"}, {"role": "user", "content": [
-            {"type": "text", "text": "hi"}]}], "n": 1, "logprobs": False, "response_format": {"type": "text"},
-        "tool_choice": "none", "user": "u1", "stream_options": None, "temperature": 1, "seed": 3})
+    r = requests.post(
+        fe.url + "/v1/chat/completions",
+        timeout=30,
+        json={
+            "model": "test-model",
+            "messages": [
+                {"role": "developer", "content": "x"},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            ],
+            "n": 1,
+            "logprobs": False,
+            "response_format": {"type": "text"},
+            "tool_choice": "none",
+            "user": "u1",
+            "stream_options": None,
+            "temperature": 1,
+            "seed": 3,
+        },
+    )
     assert r.status_code == 200, r.text
     assert fake.requests[-1]["temperature"] == 1 and fake.requests[-1]["seed"] == 3
 
@@ -110,8 +151,11 @@ def test_malformed_json_unknown_model_and_path(fe, fake):
 def test_busy_is_503_with_retry_after(fe, fake):
     fake.error = busy("every Triton server is busy; retry later")
     for stream in (False, True):
-        r = requests.post(fe.url + "/v1/chat/completions", timeout=30, json={
-            "model": "test-model", "messages": [{"role": "user", "content": "hi"}], "stream": stream})
+        r = requests.post(
+            fe.url + "/v1/chat/completions",
+            timeout=30,
+            json={"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "stream": stream},
+        )
         assert r.status_code == 503 and r.headers["Retry-After"] == "1", r.text
         assert r.json()["error"]["code"] == "server_busy"
 
@@ -139,9 +183,17 @@ def test_hang_up_cancels_the_generation(fe, fake, stream):
 def test_metrics_follow_vllm_names(fe, fake):
     client(fe).chat.completions.create(model="test-model", messages=[{"role": "user", "content": "hi"}])
     text = requests.get(fe.url + "/metrics", timeout=30).text
-    for name in ("time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
-                 "request_queue_time_seconds", "prompt_tokens_total", "generation_tokens_total",
-                 "request_success_total", "request_prompt_tokens", "request_generation_tokens"):
+    for name in (
+        "time_to_first_token_seconds",
+        "inter_token_latency_seconds",
+        "e2e_request_latency_seconds",
+        "request_queue_time_seconds",
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "request_success_total",
+        "request_prompt_tokens",
+        "request_generation_tokens",
+    ):
         assert f"llmserve_api_{name}" in text, name
     assert 'llmserve_api_time_to_first_token_seconds_bucket{le="2560.0",model="test-model"}' in text
 

@@ -9,8 +9,17 @@ import pytest
 
 from llmserve.contract import REQUEST_KEY
 from llmserve.errors import RequestError
-from llmserve.pipeline.cancellation import (NO_REQUEST_ID, CancelRegistry, CancelRelay, PollThrottle, edge_key,
-                                            key_tensor, request_key, send_stop, stop_inputs)
+from llmserve.pipeline.cancellation import (
+    NO_REQUEST_ID,
+    CancelRegistry,
+    CancelRelay,
+    PollThrottle,
+    edge_key,
+    key_tensor,
+    request_key,
+    send_stop,
+    stop_inputs,
+)
 from llmserve.pipeline.options import PostprocessOptions, RelayOptions
 
 from ..trtllm.test_config import make_spec
@@ -69,6 +78,7 @@ def test_period_comes_from_the_spec_through_the_config(tmp_path, options):
 def stopping_model(errors=()):
     def answer(bls):
         return [InferenceResponse(error=TritonError(e)) for e in errors] or [InferenceResponse()]
+
     return answer
 
 

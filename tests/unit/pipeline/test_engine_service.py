@@ -10,18 +10,37 @@ from llmserve.request.token_request import EngineRequest
 
 
 def _service(path) -> EngineService:
-    return EngineService(EngineOptions(
-        checkpoint_dir=str(path), device="cpu", dtype="float32", threads=0, cuda_graphs=False, stream_interval_ms=0,
-        prefill_token_budget=2048, max_batch_size=2, max_input_len=32, max_output_len=32,
-        exclude_input_in_output=True, skip_special_tokens=True, max_queue_size=8, request_timeout_s=60,
-        cancellation_check_period_ms=100))
+    return EngineService(
+        EngineOptions(
+            checkpoint_dir=str(path),
+            device="cpu",
+            dtype="float32",
+            threads=0,
+            cuda_graphs=False,
+            stream_interval_ms=0,
+            prefill_token_budget=2048,
+            max_batch_size=2,
+            max_input_len=32,
+            max_output_len=32,
+            exclude_input_in_output=True,
+            skip_special_tokens=True,
+            max_queue_size=8,
+            request_timeout_s=60,
+            cancellation_check_period_ms=100,
+        )
+    )
 
 
 def _run(service, backlog_pattern):
     got, done = [], threading.Event()
     busy = iter(backlog_pattern)
-    req = EngineRequest(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=12), streaming=True,
-                        exclude_input_in_output=True, return_log_probs=False)
+    req = EngineRequest(
+        prompt=[1, 2, 3],
+        params=SamplingParams(max_new_tokens=12),
+        streaming=True,
+        exclude_input_in_output=True,
+        return_log_probs=False,
+    )
 
     def send(outputs, final, failure=None, message=None):
         got.append(outputs["output_ids"].reshape(-1).tolist() if outputs else None)
@@ -52,8 +71,13 @@ def test_the_echo_travels_with_every_response_that_carries_tokens(tiny_llama):
 
     service = _service(tiny_llama)
     got, done = [], threading.Event()
-    req = EngineRequest(prompt=[1, 2, 3], params=SamplingParams(max_new_tokens=5), streaming=True,
-                        exclude_input_in_output=True, return_log_probs=False)
+    req = EngineRequest(
+        prompt=[1, 2, 3],
+        params=SamplingParams(max_new_tokens=5),
+        streaming=True,
+        exclude_input_in_output=True,
+        return_log_probs=False,
+    )
 
     def send(outputs, final, failure=None, message=None):
         got.append(outputs)

@@ -22,8 +22,13 @@ TEXT = "The quick brown fox 你好，世界 🎉👩‍👩‍👧 jumps over th
 
 
 def request(streaming=True, exclude=True, stop_words=(), prompt=(1, 2, 3)):
-    return EngineRequest(prompt=list(prompt), params=SamplingParams(max_new_tokens=256, stop_words=list(stop_words)),
-                         streaming=streaming, exclude_input_in_output=exclude, return_log_probs=False)
+    return EngineRequest(
+        prompt=list(prompt),
+        params=SamplingParams(max_new_tokens=256, stop_words=list(stop_words)),
+        streaming=streaming,
+        exclude_input_in_output=exclude,
+        return_log_probs=False,
+    )
 
 
 def relay_text(tok, ids, req, logprobs=None):
@@ -148,8 +153,15 @@ class Backend:
 
 
 def relay_for(pb, decoupled=True, clock=None):
-    opts = RelayOptions(target_model="backend", tokenizer_dir="", skip_special_tokens=True, max_input_len=64,
-                        max_output_len=64, exclude_input_in_output=True, cancellation_check_period_ms=250)
+    opts = RelayOptions(
+        target_model="backend",
+        tokenizer_dir="",
+        skip_special_tokens=True,
+        max_input_len=64,
+        max_output_len=64,
+        exclude_input_in_output=True,
+        cancellation_check_period_ms=250,
+    )
     kw = {"clock": clock} if clock else {}
     return Relay(pb, opts, _tok(), decoupled, **kw)
 
@@ -159,8 +171,13 @@ def _tok():
 
 
 def generation(request_id="r1", wanted=(), sender=None, **extra):
-    inputs = {"input_ids": np.array([[1, 2, 3]], np.int32), "input_lengths": np.array([[3]], np.int32),
-              "request_output_len": np.array([[8]], np.int32), "streaming": np.array([[True]]), **extra}
+    inputs = {
+        "input_ids": np.array([[1, 2, 3]], np.int32),
+        "input_lengths": np.array([[3]], np.int32),
+        "request_output_len": np.array([[8]], np.int32),
+        "streaming": np.array([[True]]),
+        **extra,
+    }
     return Request(inputs, request_id=request_id, wanted=wanted, sender=sender)
 
 
@@ -225,8 +242,12 @@ def test_client_cancellation_is_polled_once_per_period():
 
 def test_backend_errors_keep_their_meaning():
     """BLS hands every error back as INTERNAL: the relay restores the code from the message's kind."""
-    for message, code in (("invalid end_id: out of range", "INVALID_ARG"), ("CUDA out of memory", "INTERNAL"),
-                          ("Exceeds maximum queue size", "UNAVAILABLE"), ("Request was cancelled", "CANCELLED")):
+    for message, code in (
+        ("invalid end_id: out of range", "INVALID_ARG"),
+        ("CUDA out of memory", "INTERNAL"),
+        ("Exceeds maximum queue size", "UNAVAILABLE"),
+        ("Request was cancelled", "CANCELLED"),
+    ):
         request = generation()
         relay_for(FakePb({"backend": Backend(error=message)})).serve(request, request.sender)
         ((response, flags),) = request.sender.sent

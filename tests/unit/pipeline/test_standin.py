@@ -9,10 +9,10 @@ import pytest
 
 from llmserve import contract as C
 from llmserve.finish import FinishReason
-from llmserve.repository.writer import repository
 from llmserve.pipeline import standin as S
 from llmserve.pipeline.cancellation import CancelRegistry
 from llmserve.pipeline.stream_output import token_outputs
+from llmserve.repository.writer import repository
 from llmserve.trtllm import upstream as U
 
 from ..trtllm.test_config import make_spec, params
@@ -38,8 +38,9 @@ def backend_params(tmp_path) -> dict[str, str]:
     return params(repository(make_spec(tmp_path), tmp_path / "repo", standin=True)[C.BACKEND][0])
 
 
-@pytest.mark.parametrize("key", ["tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend",
-                                 "gpt_model_type"])
+@pytest.mark.parametrize(
+    "key", ["tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend", "gpt_model_type"]
+)
 def test_missing_required_parameter_fails_the_load_like_the_backend(tmp_path, key):
     p = backend_params(tmp_path)
     del p[key]
@@ -63,23 +64,34 @@ def reader(**tensors):
 
 
 def parse(read, decoupled=True):
-    return S.parse_request(read, decoupled=decoupled, exclude_default=False, max_input_len=8, max_seq_len=12,
-                           vocab_size=100, max_beam_width=1, default_end_ids=(2,))
+    return S.parse_request(
+        read,
+        decoupled=decoupled,
+        exclude_default=False,
+        max_input_len=8,
+        max_seq_len=12,
+        vocab_size=100,
+        max_beam_width=1,
+        default_end_ids=(2,),
+    )
 
 
 BASE = dict(input_ids=[[5, 6, 7]], input_lengths=[3], request_output_len=[4])
 
 
-@pytest.mark.parametrize("extra,message", [
-    ({"streaming": [True]}, "Streaming is only supported if model is deployed using decoupled mode."),
-    ({"runtime_top_p": [1.5]}, r"Assertion failed: topP\.value\(\) <= 1\.f"),
-    ({"temperature": [-1.0]}, r"Assertion failed: temperature\.value\(\) >= 0\.f"),
-    ({"runtime_top_k": [-1]}, r"Assertion failed: topK\.value\(\) >= 0"),
-    ({"repetition_penalty": [0.0]}, r"Assertion failed: repetitionpenalty\.value\(\) > 0\.f"),
-    ({"end_id": [100]}, r"EndId \(100\) is not within acceptable range \[-1, 100\)."),
-    ({"input_ids": [list(range(9))]}, r"Prompt length \(9\) exceeds maximum input length \(8\)"),
-    ({"request_output_len": [1, 2]}, "Invalid size for tensor request_output_len"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ({"streaming": [True]}, "Streaming is only supported if model is deployed using decoupled mode."),
+        ({"runtime_top_p": [1.5]}, r"Assertion failed: topP\.value\(\) <= 1\.f"),
+        ({"temperature": [-1.0]}, r"Assertion failed: temperature\.value\(\) >= 0\.f"),
+        ({"runtime_top_k": [-1]}, r"Assertion failed: topK\.value\(\) >= 0"),
+        ({"repetition_penalty": [0.0]}, r"Assertion failed: repetitionpenalty\.value\(\) > 0\.f"),
+        ({"end_id": [100]}, r"EndId \(100\) is not within acceptable range \[-1, 100\)."),
+        ({"input_ids": [list(range(9))]}, r"Prompt length \(9\) exceeds maximum input length \(8\)"),
+        ({"request_output_len": [1, 2]}, "Invalid size for tensor request_output_len"),
+    ],
+)
 def test_bad_input_gets_the_backends_message(extra, message):
     with pytest.raises(S.BackendError, match=message):
         parse(reader(**{**BASE, **extra}), decoupled=False)
@@ -119,9 +131,17 @@ def test_stop_by_request_id():
 
 # --- StandinStream: the engine's callbacks as the backend's responses ------------------------------------
 
+
 def backend_request(streaming=True, stop_words=(), exclude=True, log_probs=False):
-    read = reader(**{**BASE, "request_output_len": [4], "streaming": [streaming], "return_log_probs": [log_probs],
-                     "exclude_input_in_output": [exclude]})
+    read = reader(
+        **{
+            **BASE,
+            "request_output_len": [4],
+            "streaming": [streaming],
+            "return_log_probs": [log_probs],
+            "exclude_input_in_output": [exclude],
+        }
+    )
     req = parse(read)
     req.stop_words = [list(w) for w in stop_words]
     return req
@@ -132,8 +152,9 @@ class Sent:
         self.responses, self.done = [], 0
 
     def __call__(self, outputs, final, failure=None, message=None):
-        self.responses.append((None if outputs is None else outputs["output_ids"].reshape(-1).tolist(), final,
-                               failure, message))
+        self.responses.append(
+            (None if outputs is None else outputs["output_ids"].reshape(-1).tolist(), final, failure, message)
+        )
 
 
 SEQ = SimpleNamespace(id=7, error=None)

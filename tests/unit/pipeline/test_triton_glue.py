@@ -30,8 +30,9 @@ class FakeRequest:
     def __init__(self, wanted):
         self.sent = []
         self.wanted = wanted
-        sender = SimpleNamespace(send=lambda response=None, flags=0: self.sent.append((response, flags)),
-                                 is_cancelled=lambda: False)
+        sender = SimpleNamespace(
+            send=lambda response=None, flags=0: self.sent.append((response, flags)), is_cancelled=lambda: False
+        )
         self.get_response_sender = lambda: sender
 
     def requested_output_names(self):
@@ -41,10 +42,13 @@ class FakeRequest:
         return "r-1"
 
 
-OUTPUTS = {"output_ids": np.array([[[5, 6]]], dtype=np.int32), "sequence_length": np.array([[2]], dtype=np.int32),
-           "cum_log_probs": np.array([[-1.0]], dtype=np.float32),
-           "output_log_probs": np.array([[[-0.5, -0.5]]], dtype=np.float32),
-           "output_context_ids": np.array([[[1]]], dtype=np.int32)}
+OUTPUTS = {
+    "output_ids": np.array([[[5, 6]]], dtype=np.int32),
+    "sequence_length": np.array([[2]], dtype=np.int32),
+    "cum_log_probs": np.array([[-1.0]], dtype=np.float32),
+    "output_log_probs": np.array([[[-0.5, -0.5]]], dtype=np.float32),
+    "output_context_ids": np.array([[[1]]], dtype=np.int32),
+}
 
 
 def test_only_requested_outputs_reach_the_sender():

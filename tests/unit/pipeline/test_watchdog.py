@@ -18,9 +18,23 @@ def _server() -> subprocess.Popen:
 
 
 def _watchdog(server: subprocess.Popen, silence_s: float = 30.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "llmserve.pipeline.watchdog", "--server-pid", str(server.pid),
-                             "--name", "test", "--grace-s", str(GRACE_S), "--silence-s", str(silence_s)],
-                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmserve.pipeline.watchdog",
+            "--server-pid",
+            str(server.pid),
+            "--name",
+            "test",
+            "--grace-s",
+            str(GRACE_S),
+            "--silence-s",
+            str(silence_s),
+        ],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _ended(p: subprocess.Popen, timeout_s: float) -> float | None:
@@ -70,8 +84,10 @@ def test_clean_shutdown_leaves_the_server_alone():
 
 
 def test_a_server_that_ignores_sigterm_is_killed_after_the_grace():
-    server = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
-                               "signal.SIG_IGN); time.sleep(60)"], start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"],
+        start_new_session=True,
+    )
     time.sleep(0.3)
     wd = _watchdog(server)
     try:

@@ -31,8 +31,14 @@ def test_generated_configs_parse_and_follow_the_contract(tmp_path):
     spec = load_spec(DEFAULT)
     write_repository(spec, "specs/default.yaml", tmp_path)
     configs = {d.name: pbtxt.parse_pbtxt((d / "config.pbtxt").read_text()) for d in tmp_path.iterdir()}
-    assert set(configs) == {"preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "ensemble_unary",
-                            "tensorrt_llm_unary"}
+    assert set(configs) == {
+        "preprocessing",
+        "tensorrt_llm",
+        "postprocessing",
+        "ensemble",
+        "ensemble_unary",
+        "tensorrt_llm_unary",
+    }
     engine = configs["tensorrt_llm"]
     assert [i.name for i in engine.input] == [t.name for t in C.ENGINE_INPUTS]
     assert engine.model_transaction_policy.decoupled

@@ -16,9 +16,17 @@ MAX_IN, MAX_OUT = 32, 64
 
 @pytest.fixture(scope="module")
 def pre(smollm2_dir) -> Preprocessor:
-    return Preprocessor(PreprocessOptions(tokenizer_dir=str(smollm2_dir), apply_chat_template=True,
-                                          add_special_tokens=False, max_input_len=MAX_IN, max_output_len=MAX_OUT,
-                                          max_beam_width=1, trust_remote_code=False))
+    return Preprocessor(
+        PreprocessOptions(
+            tokenizer_dir=str(smollm2_dir),
+            apply_chat_template=True,
+            add_special_tokens=False,
+            max_input_len=MAX_IN,
+            max_output_len=MAX_OUT,
+            max_beam_width=1,
+            trust_remote_code=False,
+        )
+    )
 
 
 def error(pre, **fields) -> tuple[str, str]:
@@ -38,8 +46,18 @@ def test_defaults(pre):
 
 def test_fields_are_read(pre):
     words = np.array([[b"a", b"", b"bc"]], dtype=object)
-    r = pre.validate(reader(text_input="Hi", max_tokens=MAX_OUT, apply_chat_template=False, stream=True,
-                            end_id=5, pad_id=6, stop_words=words, bad_words=np.array([[b"x"]], dtype=object)))
+    r = pre.validate(
+        reader(
+            text_input="Hi",
+            max_tokens=MAX_OUT,
+            apply_chat_template=False,
+            stream=True,
+            end_id=5,
+            pad_id=6,
+            stop_words=words,
+            bad_words=np.array([[b"x"]], dtype=object),
+        )
+    )
     assert (r.chat, r.streaming, r.max_tokens, r.end_id, r.pad_id) == (False, True, MAX_OUT, 5, 6)
     assert r.stop_words == ["a", "bc"] and r.bad_words == ["x"]
 
@@ -76,11 +94,17 @@ def test_max_tokens_is_required_and_bounded(pre):
         assert error(pre, max_tokens=bad) == ("max_tokens", f"invalid max_tokens: must be in [1, {MAX_OUT}], got {bad}")
 
 
-@pytest.mark.parametrize("fields, field", [
-    ({"top_k": -1}, "top_k"), ({"top_p": 1.5}, "top_p"), ({"temperature": -1.0}, "temperature"),
-    ({"min_tokens": 5}, "min_tokens"), ({"beam_width": 2}, "beam_width"), ({"repetition_penalty": 0.0},
-                                                                            "repetition_penalty"),
-])
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"top_k": -1}, "top_k"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"temperature": -1.0}, "temperature"),
+        ({"min_tokens": 5}, "min_tokens"),
+        ({"beam_width": 2}, "beam_width"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
+    ],
+)
 def test_sampling_is_range_checked_under_the_client_names(pre, fields, field):
     assert error(pre, **fields)[0] == field
 
@@ -100,12 +124,15 @@ def test_word_list_errors_name_the_field(pre):
 
 def test_process_answers_each_request_of_a_batch_on_its_own(pre):
     long = " ".join(["word"] * (2 * MAX_IN))  # within the byte bound, over the token limit
-    good, bad_tokens, bad_field = pre.process([
-        reader(text_input="Hello", max_tokens=4, apply_chat_template=False,
-               stop_words=np.array([[b"."]], dtype=object)),
-        reader(text_input=long, max_tokens=4, apply_chat_template=False),
-        reader(text_input="Hello", max_tokens=0),
-    ])
+    good, bad_tokens, bad_field = pre.process(
+        [
+            reader(
+                text_input="Hello", max_tokens=4, apply_chat_template=False, stop_words=np.array([[b"."]], dtype=object)
+            ),
+            reader(text_input=long, max_tokens=4, apply_chat_template=False),
+            reader(text_input="Hello", max_tokens=0),
+        ]
+    )
     assert isinstance(good, dict)
     assert good["input_ids"].shape[0] == 1 and good["input_lengths"].tolist() == [[good["input_ids"].shape[1]]]
     assert good["request_output_len"].tolist() == [[4]] and good["streaming"].tolist() == [[False]]

@@ -17,15 +17,18 @@ def test_no_parameters_and_tritons_own_pass():
     assert client_parameters('{"timeout": 5, "x": 1}') == {"x": 1}
 
 
-@pytest.mark.parametrize("name, words", [
-    ("random_seed", "send 'seed'"),
-    ("min_length", "send 'min_tokens'"),
-    ("streaming", "send 'stream'"),
-    ("num_return_sequences", "one sequence per request"),
-    ("length_penalty", "beam search only"),
-    ("return_context_logits", "not supported"),
-    ("tempreature", "unknown request field"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("random_seed", "send 'seed'"),
+        ("min_length", "send 'min_tokens'"),
+        ("streaming", "send 'stream'"),
+        ("num_return_sequences", "one sequence per request"),
+        ("length_penalty", "beam search only"),
+        ("return_context_logits", "not supported"),
+        ("tempreature", "unknown request field"),
+    ],
+)
 def test_each_is_refused_naming_it(name, words):
     with pytest.raises(RequestError, match=rf"^invalid {name}: .*{words}"):
         refuse_parameters(json.dumps({name: 1}))

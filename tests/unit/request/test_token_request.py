@@ -21,8 +21,15 @@ def decode(ids: list[int]) -> str:
 def parse(exclude_default=True, **fields):
     fields.setdefault("input_ids", np.array([[5, 6, 7]], dtype=np.int32))
     fields.setdefault("request_output_len", 4)
-    return parse_engine_request(reader(**fields), vocab_size=VOCAB, default_end_ids=END, max_input_len=MAX_IN,
-                                max_output_len=MAX_OUT, exclude_default=exclude_default, decode_word=decode)
+    return parse_engine_request(
+        reader(**fields),
+        vocab_size=VOCAB,
+        default_end_ids=END,
+        max_input_len=MAX_IN,
+        max_output_len=MAX_OUT,
+        exclude_default=exclude_default,
+        decode_word=decode,
+    )
 
 
 def error(**fields) -> tuple[str, str]:
@@ -43,18 +50,39 @@ def test_a_minimal_request_and_its_defaults():
 
 
 def test_flags_and_sampling_are_read():
-    r = parse(streaming=True, exclude_input_in_output=False, return_log_probs=True, end_id=9,
-              runtime_top_k=3, runtime_top_p=0.5, temperature=0.8, seed=7, min_tokens=4)
+    r = parse(
+        streaming=True,
+        exclude_input_in_output=False,
+        return_log_probs=True,
+        end_id=9,
+        runtime_top_k=3,
+        runtime_top_p=0.5,
+        temperature=0.8,
+        seed=7,
+        min_tokens=4,
+    )
     assert (r.streaming, r.exclude_input_in_output, r.return_log_probs) == (True, False, True)
     assert r.params.end_ids == (9,)
-    assert (r.params.top_k, r.params.top_p, r.params.temperature, r.params.seed, r.params.min_tokens) == \
-        (3, 0.5, pytest.approx(0.8), 7, 4)
+    assert (r.params.top_k, r.params.top_p, r.params.temperature, r.params.seed, r.params.min_tokens) == (
+        3,
+        0.5,
+        pytest.approx(0.8),
+        7,
+        4,
+    )
 
 
 def test_input_ids_are_required_and_one_sequence():
     with pytest.raises(RequestError, match="invalid input_ids: is required"):
-        parse_engine_request(reader(request_output_len=4), vocab_size=VOCAB, default_end_ids=END,
-                             max_input_len=MAX_IN, max_output_len=MAX_OUT, exclude_default=True, decode_word=decode)
+        parse_engine_request(
+            reader(request_output_len=4),
+            vocab_size=VOCAB,
+            default_end_ids=END,
+            max_input_len=MAX_IN,
+            max_output_len=MAX_OUT,
+            exclude_default=True,
+            decode_word=decode,
+        )
     field, message = error(input_ids=np.array([[1, 2], [3, 4]], dtype=np.int32))
     assert field == "input_ids" and "batch size 2: send one sequence per request" in message
     assert parse(input_ids=np.array([5, 6], dtype=np.int32)).prompt == [5, 6]  # shape [L] is one sequence too
@@ -87,8 +115,15 @@ def test_ids_past_input_lengths_are_not_checked():
 
 def test_request_output_len_is_required_and_bounded():
     with pytest.raises(RequestError, match="invalid request_output_len: is required"):
-        parse_engine_request(reader(input_ids=np.array([[5]], np.int32)), vocab_size=VOCAB, default_end_ids=END,
-                             max_input_len=MAX_IN, max_output_len=MAX_OUT, exclude_default=True, decode_word=decode)
+        parse_engine_request(
+            reader(input_ids=np.array([[5]], np.int32)),
+            vocab_size=VOCAB,
+            default_end_ids=END,
+            max_input_len=MAX_IN,
+            max_output_len=MAX_OUT,
+            exclude_default=True,
+            decode_word=decode,
+        )
     assert parse(request_output_len=1).params.max_new_tokens == 1
     assert parse(request_output_len=MAX_OUT).params.max_new_tokens == MAX_OUT
     for bad in (0, MAX_OUT + 1):

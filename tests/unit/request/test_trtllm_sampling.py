@@ -14,12 +14,15 @@ def _reader(**values):
     return arrays.get
 
 
-@pytest.mark.parametrize("k, p, expected", [
-    (0, 0.0, (1, 1.0)),  # greedy: the layers' setup sets k = 1
-    (5, 0.0, (5, 1.0)),  # top-k alone
-    (0, 0.9, (0, 0.9)),  # top-p alone
-    (5, 0.9, (5, 0.9)),
-])
+@pytest.mark.parametrize(
+    "k, p, expected",
+    [
+        (0, 0.0, (1, 1.0)),  # greedy: the layers' setup sets k = 1
+        (5, 0.0, (5, 1.0)),  # top-k alone
+        (0, 0.9, (0, 0.9)),  # top-p alone
+        (5, 0.9, (5, 0.9)),
+    ],
+)
 def test_trtllm_rule(k, p, expected):
     assert trtllm_top_k_top_p(k, p) == expected
 

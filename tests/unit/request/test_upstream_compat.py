@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from llmserve import contract as C
+from llmserve.errors import RequestError
 from llmserve.request import upstream_names as U
 from llmserve.request.parameters import refuse_parameters
-from llmserve.errors import RequestError
 from llmserve.trtllm import upstream as T
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "upstream-compatibility.md"
@@ -20,15 +20,15 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "upstream-compatibility.md"
 # tensorrt_llm inputs we declare but whose meaning differs, and why (the rest: declared = same).
 TRTLLM_DIFFERENT = {
     "stop_words_list": "each word's ids are decoded and matched on the generated text (torch engine; in "
-                       "the tensorrtllm layout the relay does it in front of the backend)",
+    "the tensorrtllm layout the relay does it in front of the backend)",
     "decoder_input_ids": "one pad token (what upstream's preprocessing gives a decoder-only model) means none; "
-                         "longer is refused (no encoder-decoder models)",
+    "longer is refused (no encoder-decoder models)",
     "input_lengths": "required to be at most the number of input_ids; one sequence per request (batch > 1 refused)",
 }
 TRTLLM_NOTES = {
     "runtime_top_k": "top_k == 0 and top_p == 0 (both absent) is greedy, as TensorRT-LLM's sampling layers",
     "stop": "cancels the requests with the same request id; they end with a normal final response, the stop "
-            "request gets an empty OK response (also on tensorrt_llm_unary)",
+    "request gets an empty OK response (also on tensorrt_llm_unary)",
 }
 
 
@@ -42,8 +42,10 @@ def ensemble_rows() -> list[str]:
 
 def model_rows() -> list[str]:
     """preprocessing and postprocessing under upstream's names."""
-    return [row(u.name, u.dtype, u.status, u.note) for u in U.PREPROCESSING_INPUTS + U.PREPROCESSING_OUTPUTS
-            + U.POSTPROCESSING_INPUTS + U.POSTPROCESSING_OUTPUTS]
+    return [
+        row(u.name, u.dtype, u.status, u.note)
+        for u in U.PREPROCESSING_INPUTS + U.PREPROCESSING_OUTPUTS + U.POSTPROCESSING_INPUTS + U.POSTPROCESSING_OUTPUTS
+    ]
 
 
 def trtllm_rows() -> list[str]:
@@ -68,8 +70,11 @@ def test_the_page_has_no_other_rows():
     tensor_row = re.compile(rf"^\| `\w+` \| [A-Z0-9]+ \| ({U.SAME}|{U.DIFFERENT}|{U.REFUSED}|ours) \|")
     rows = {line for line in DOC.read_text().splitlines() if tensor_row.match(line)}
     ours = {row(t.name, t.dtype, "ours", "") for t in C.ENSEMBLE_INPUTS + C.ENGINE_INPUTS + C.ENGINE_OUTPUTS}
-    extra = {r for r in rows - set(ensemble_rows()) - set(model_rows()) - set(trtllm_rows())
-             if not any(r.startswith(o.rsplit(" |", 2)[0]) for o in ours)}
+    extra = {
+        r
+        for r in rows - set(ensemble_rows()) - set(model_rows()) - set(trtllm_rows())
+        if not any(r.startswith(o.rsplit(" |", 2)[0]) for o in ours)
+    }
     assert not extra, f"rows for no upstream tensor: {sorted(extra)}"
 
 
@@ -78,10 +83,12 @@ def test_same_and_different_are_declared_with_upstreams_type():
     for u in U.ENSEMBLE_INPUTS + U.ENSEMBLE_OUTPUTS:
         if u.status != U.REFUSED:
             assert u.name in ensemble and ensemble[u.name].dtype == u.dtype, u.name
-    for ups, ours in ((U.PREPROCESSING_INPUTS, C.PREPROCESSING_UPSTREAM_INPUTS),
-                      (U.PREPROCESSING_OUTPUTS, C.PREPROCESSING_UPSTREAM_OUTPUTS),
-                      (U.POSTPROCESSING_INPUTS, C.POSTPROCESSING_UPSTREAM_INPUTS),
-                      (U.POSTPROCESSING_OUTPUTS, C.POSTPROCESSING_UPSTREAM_OUTPUTS)):
+    for ups, ours in (
+        (U.PREPROCESSING_INPUTS, C.PREPROCESSING_UPSTREAM_INPUTS),
+        (U.PREPROCESSING_OUTPUTS, C.PREPROCESSING_UPSTREAM_OUTPUTS),
+        (U.POSTPROCESSING_INPUTS, C.POSTPROCESSING_UPSTREAM_INPUTS),
+        (U.POSTPROCESSING_OUTPUTS, C.POSTPROCESSING_UPSTREAM_OUTPUTS),
+    ):
         declared = C.by_name(ours)
         for u in ups:
             if u.status == U.REFUSED:

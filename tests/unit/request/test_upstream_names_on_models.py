@@ -18,21 +18,38 @@ from llmserve.text.tokenizer import load_fast
 
 @pytest.fixture(scope="module")
 def pre(smollm2_dir) -> Preprocessor:
-    return Preprocessor(PreprocessOptions(tokenizer_dir=str(smollm2_dir), apply_chat_template=False,
-                                          add_special_tokens=False, max_input_len=32, max_output_len=64,
-                                          max_beam_width=1, trust_remote_code=False))
+    return Preprocessor(
+        PreprocessOptions(
+            tokenizer_dir=str(smollm2_dir),
+            apply_chat_template=False,
+            add_special_tokens=False,
+            max_input_len=32,
+            max_output_len=64,
+            max_beam_width=1,
+            trust_remote_code=False,
+        )
+    )
 
 
 def test_preprocessing_answers_upstreams_names_to_upstreams_names(pre):
-    upstream = {"QUERY": np.array([["Hello there"]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[7]], np.int32),
-                "BAD_WORDS_DICT": np.array([[""]], dtype=object), "STOP_WORDS_DICT": np.array([["x"]], dtype=object)}
-    ours = {"text_input": upstream["QUERY"], "max_tokens": upstream["REQUEST_OUTPUT_LEN"],
-            "stop_words": upstream["STOP_WORDS_DICT"]}
+    upstream = {
+        "QUERY": np.array([["Hello there"]], dtype=object),
+        "REQUEST_OUTPUT_LEN": np.array([[7]], np.int32),
+        "BAD_WORDS_DICT": np.array([[""]], dtype=object),
+        "STOP_WORDS_DICT": np.array([["x"]], dtype=object),
+    }
+    ours = {
+        "text_input": upstream["QUERY"],
+        "max_tokens": upstream["REQUEST_OUTPUT_LEN"],
+        "stop_words": upstream["STOP_WORDS_DICT"],
+    }
     (theirs,), (mine,) = pre.process([upstream.get]), pre.process([ours.get])
     assert set(theirs) == {t.name for t in C.PREPROCESSING_UPSTREAM_OUTPUTS}
     for name, up in C.UPSTREAM_PREPROCESSING_OUTPUT_NAMES.items():
         assert np.array_equal(theirs[up], mine[name]), name
-    assert theirs["DECODER_INPUT_ID"].tolist() == [[pre.pad_id]] and theirs["REQUEST_DECODER_INPUT_LEN"].tolist() == [[1]]
+    assert theirs["DECODER_INPUT_ID"].tolist() == [[pre.pad_id]] and theirs["REQUEST_DECODER_INPUT_LEN"].tolist() == [
+        [1]
+    ]
     assert set(mine) == {t.name for t in C.PREPROCESSING_OUTPUTS}
 
 
@@ -49,8 +66,15 @@ def test_postprocessing_answers_tokens_batch_as_output(smollm2_dir):
 
 def _engine_request(**extra):
     values = {"input_ids": np.array([[1, 2, 3]], np.int32), "request_output_len": np.array([[4]], np.int32), **extra}
-    return parse_engine_request(values.get, vocab_size=100, default_end_ids=(2,), max_input_len=32, max_output_len=64,
-                                exclude_default=True, decode_word=lambda ids: "")
+    return parse_engine_request(
+        values.get,
+        vocab_size=100,
+        default_end_ids=(2,),
+        max_input_len=32,
+        max_output_len=64,
+        exclude_default=True,
+        decode_word=lambda ids: "",
+    )
 
 
 def test_tensorrt_llm_takes_upstreams_one_pad_token_decoder_input_back():

@@ -54,13 +54,16 @@ def test_a_loaded_spec_cannot_be_changed(tmp_path):
         spec.engine.max_batch_size = 2
 
 
-@pytest.mark.parametrize("text, key", [
-    (MINIMAL.replace("tokenizer_from: build/checkpoints/x", "hidden_size: 8"), "model.source.tokenizer_from"),
-    (MINIMAL + "engine: {max_input_len: 0}\n", "engine.max_input_len"),
-    (MINIMAL + "serving: {request_timeout_s: 0}\n", "serving.request_timeout_s"),
-    (MINIMAL + "engine: {kind: vllm}\n", "engine.kind"),
-    (MINIMAL.replace("name: m\n", ""), "name"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        (MINIMAL.replace("tokenizer_from: build/checkpoints/x", "hidden_size: 8"), "model.source.tokenizer_from"),
+        (MINIMAL + "engine: {max_input_len: 0}\n", "engine.max_input_len"),
+        (MINIMAL + "serving: {request_timeout_s: 0}\n", "serving.request_timeout_s"),
+        (MINIMAL + "engine: {kind: vllm}\n", "engine.kind"),
+        (MINIMAL.replace("name: m\n", ""), "name"),
+    ],
+)
 def test_errors_name_the_key(tmp_path, text, key):
     with pytest.raises(SpecError, match=key.replace(".", r"\.")):
         _spec(tmp_path, text)
@@ -68,8 +71,10 @@ def test_errors_name_the_key(tmp_path, text, key):
 
 def test_preferred_batch_sizes_within_the_engine_batch(tmp_path):
     with pytest.raises(SpecError, match="preferred_batch_sizes"):
-        _spec(tmp_path, MINIMAL + "engine: {max_batch_size: 4}\npreprocessing: {dynamic_batching: "
-                                  "{preferred_batch_sizes: [8]}}\n")
+        _spec(
+            tmp_path,
+            MINIMAL + "engine: {max_batch_size: 4}\npreprocessing: {dynamic_batching: {preferred_batch_sizes: [8]}}\n",
+        )
 
 
 def test_an_unreadable_spec_is_a_spec_error(tmp_path):

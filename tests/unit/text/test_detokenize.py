@@ -8,8 +8,11 @@ from llmserve.contract import CONTEXT_TOKENS
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast
 
-TEXTS = ["你好，世界 🎉 héllo! 日本語のテキスト 👩‍👩‍👧 ok", "plain ascii, with  double  spaces\nand lines",
-         "Ünïcödé ñ ç 😀😃😄 Ελληνικά русский"]
+TEXTS = [
+    "你好，世界 🎉 héllo! 日本語のテキスト 👩‍👩‍👧 ok",
+    "plain ascii, with  double  spaces\nand lines",
+    "Ünïcödé ñ ç 😀😃😄 Ελληνικά русский",
+]
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -23,7 +26,7 @@ def test_random_chunking_equals_whole(smollm2_dir, text):
         pieces, pos = [], 0
         while pos < len(cut):
             k = rng.randint(1, 3)
-            pieces.append(d.decode(cut[pos:pos + k], cut[max(0, pos - CONTEXT_TOKENS):pos]))
+            pieces.append(d.decode(cut[pos : pos + k], cut[max(0, pos - CONTEXT_TOKENS) : pos]))
             pos += k
         assert "".join(pieces) == d.decode(cut)
     assert d.decode(ids) == text
@@ -44,7 +47,7 @@ def test_decode_many_equals_decode_one_by_one(smollm2_dir, text):
     items = []
     for _ in range(50):
         pos, k = rng.randint(0, len(ids) - 1), rng.randint(0, 3)
-        items.append((ids[pos:pos + k], ids[max(0, pos - rng.randint(0, CONTEXT_TOKENS)):pos]))
+        items.append((ids[pos : pos + k], ids[max(0, pos - rng.randint(0, CONTEXT_TOKENS)) : pos]))
     assert d.decode_many(items) == [d.decode(i, c) for i, c in items]
 
 
@@ -63,6 +66,6 @@ def test_sentencepiece_byte_fallback_random_chunks(sentencepiece):
             pieces, pos = [], 0
             while pos < len(cut):
                 k = rng.randint(1, 3)
-                pieces.append(d.decode(cut[pos:pos + k], cut[max(0, pos - CONTEXT_TOKENS):pos]))
+                pieces.append(d.decode(cut[pos : pos + k], cut[max(0, pos - CONTEXT_TOKENS) : pos]))
                 pos += k
             assert "".join(pieces) == d.decode(cut), cut

@@ -14,10 +14,20 @@ import yaml
 from llmserve.spec import ROOT, load_spec
 from llmserve.trtllm import build as B
 
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-              "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-              "vocab_size": 512, "max_position_embeddings": 2048, "tie_word_embeddings": True,
-              "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}, "dtype": "float32"}
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+    "dtype": "float32",
+}
 
 
 def write_spec(tmp_path: Path, hf: dict | None = None, engine: dict | None = None, trt: dict | None = None) -> Path:
@@ -27,10 +37,18 @@ def write_spec(tmp_path: Path, hf: dict | None = None, engine: dict | None = Non
     spec = {
         "name": "tiny",
         "model": {"source": {"kind": "hf_checkpoint", "path": str(src)}, "checkpoint_dir": str(tmp_path / "ckpt")},
-        "engine": {"kind": "tensorrtllm", "max_batch_size": 16, "max_input_len": 1024, "max_output_len": 512,
-                   **(engine or {}),
-                   "tensorrtllm": {"engine_dir": str(tmp_path / "engine"),
-                                   "trtllm_checkpoint_dir": str(tmp_path / "tllm"), **(trt or {})}},
+        "engine": {
+            "kind": "tensorrtllm",
+            "max_batch_size": 16,
+            "max_input_len": 1024,
+            "max_output_len": 512,
+            **(engine or {}),
+            "tensorrtllm": {
+                "engine_dir": str(tmp_path / "engine"),
+                "trtllm_checkpoint_dir": str(tmp_path / "tllm"),
+                **(trt or {}),
+            },
+        },
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -38,8 +56,12 @@ def write_spec(tmp_path: Path, hf: dict | None = None, engine: dict | None = Non
 
 
 def dry_run(spec_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/build_engine.py", "--spec", str(spec_path), "--dry-run"],
-                          cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "scripts/build_engine.py", "--spec", str(spec_path), "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
 
 
 def command(out: str, program: str) -> list[str]:
@@ -73,15 +95,29 @@ def test_dry_run_llama(tmp_path):
     convert = command(r.stdout, "llmserve.trtllm.build")
     assert convert[1:4] == ["-m", "llmserve.trtllm.build", "convert"]
     conv = flags(convert)
-    assert conv == {"model_dir": str(tmp_path / "ckpt"), "output_dir": str(tmp_path / "tllm"), "dtype": "float16",
-                    "tp_size": "1", "pp_size": "1"}
+    assert conv == {
+        "model_dir": str(tmp_path / "ckpt"),
+        "output_dir": str(tmp_path / "tllm"),
+        "dtype": "float16",
+        "tp_size": "1",
+        "pp_size": "1",
+    }
     assert "build checkpoint" in r.stdout  # step 1 is named, not run
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "engine").exists()
 
 
 def test_dry_run_tp2_bf16_without_paged_context(tmp_path):
-    spec = write_spec(tmp_path, trt={"tp_size": 2, "visible_gpus": 2, "dtype": "bfloat16", "max_num_tokens": 4096,
-                                     "enable_kv_cache_reuse": False, "enable_chunked_context": False})
+    spec = write_spec(
+        tmp_path,
+        trt={
+            "tp_size": 2,
+            "visible_gpus": 2,
+            "dtype": "bfloat16",
+            "max_num_tokens": 4096,
+            "enable_kv_cache_reuse": False,
+            "enable_chunked_context": False,
+        },
+    )
     r = dry_run(spec)
     assert r.returncode == 0, r.stderr
     build = flags(command(r.stdout, "trtllm-build"))
@@ -91,13 +127,20 @@ def test_dry_run_tp2_bf16_without_paged_context(tmp_path):
     assert flags(command(r.stdout, "llmserve.trtllm.build"))["tp_size"] == "2"
 
 
-@pytest.mark.parametrize("hf,engine,trt,msg", [
-    ({"max_position_embeddings": 1024}, None, None, "exceeds the model's max_position_embeddings 1024"),
-    ({"architectures": ["GPT2LMHeadModel"]}, None, None, "GPT2LMHeadModel is not supported"),
-    ({"num_attention_heads": 6, "num_key_value_heads": 6}, None, {"tp_size": 4, "visible_gpus": 4},
-     "does not divide num_attention_heads 6"),
-    (None, None, {"max_num_tokens": 512, "enable_chunked_context": False}, "could never be scheduled"),
-])
+@pytest.mark.parametrize(
+    "hf,engine,trt,msg",
+    [
+        ({"max_position_embeddings": 1024}, None, None, "exceeds the model's max_position_embeddings 1024"),
+        ({"architectures": ["GPT2LMHeadModel"]}, None, None, "GPT2LMHeadModel is not supported"),
+        (
+            {"num_attention_heads": 6, "num_key_value_heads": 6},
+            None,
+            {"tp_size": 4, "visible_gpus": 4},
+            "does not divide num_attention_heads 6",
+        ),
+        (None, None, {"max_num_tokens": 512, "enable_chunked_context": False}, "could never be scheduled"),
+    ],
+)
 def test_dry_run_refusals(tmp_path, hf, engine, trt, msg):
     r = dry_run(write_spec(tmp_path, hf=hf, engine=engine, trt=trt))
     assert r.returncode == 1
@@ -110,8 +153,12 @@ def test_tp_wider_than_visible_gpus_is_a_spec_error(tmp_path):
 
 
 def test_real_build_without_tensorrt_llm_says_so(tmp_path):
-    r = subprocess.run([sys.executable, "scripts/build_engine.py", "--spec", str(write_spec(tmp_path))],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "scripts/build_engine.py", "--spec", str(write_spec(tmp_path))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1 and "TensorRT-LLM is not installed" in r.stderr
 
 

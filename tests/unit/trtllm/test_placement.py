@@ -6,16 +6,36 @@ import pytest
 
 from llmserve.trtllm import placement as P
 
-SMOLLM2 = P.ModelShape(architecture="LlamaForCausalLM", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3,
-                       head_dim=64, intermediate_size=1536, vocab_size=49152, max_position_embeddings=8192,
-                       tie_word_embeddings=True)
-LLAMA_1B = P.ModelShape(architecture="LlamaForCausalLM", num_layers=16, hidden_size=2048, num_heads=32,
-                        num_kv_heads=8, head_dim=64, intermediate_size=8192, vocab_size=128256,
-                        max_position_embeddings=131072, tie_word_embeddings=True)
+SMOLLM2 = P.ModelShape(
+    architecture="LlamaForCausalLM",
+    num_layers=30,
+    hidden_size=576,
+    num_heads=9,
+    num_kv_heads=3,
+    head_dim=64,
+    intermediate_size=1536,
+    vocab_size=49152,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+)
+LLAMA_1B = P.ModelShape(
+    architecture="LlamaForCausalLM",
+    num_layers=16,
+    hidden_size=2048,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=64,
+    intermediate_size=8192,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    tie_word_embeddings=True,
+)
 
 
-@pytest.mark.parametrize("visible,instances,world", [
-    (v, n, w) for v, n, w in itertools.product(range(1, 9), range(1, 5), (1, 2, 4, 8)) if w <= v])
+@pytest.mark.parametrize(
+    "visible,instances,world",
+    [(v, n, w) for v, n, w in itertools.product(range(1, 9), range(1, 5), (1, 2, 4, 8)) if w <= v],
+)
 def test_auto_placement_grid(visible, instances, world):
     p = P.plan(instances, world, visible)
     assert p.instances == instances and len(p.gpu_device_ids.split(";")) == instances
@@ -55,12 +75,15 @@ def test_leader_mode_only_for_single_gpu_engines_on_one_gpu():
     assert P.plan(1, 2, 2).orchestrator
 
 
-@pytest.mark.parametrize("sets,msg", [
-    ([[0]], "2 instances"),                      # one set per instance
-    ([[0], [0, 1]], "has 2 GPUs"),               # wrong set size
-    ([[0], [4]], "only GPUs 0..3"),              # GPU not visible
-    ([[0, 0]], "twice"),
-])
+@pytest.mark.parametrize(
+    "sets,msg",
+    [
+        ([[0]], "2 instances"),  # one set per instance
+        ([[0], [0, 1]], "has 2 GPUs"),  # wrong set size
+        ([[0], [4]], "only GPUs 0..3"),  # GPU not visible
+        ([[0, 0]], "twice"),
+    ],
+)
 def test_explicit_sets_refused(sets, msg):
     world = 2 if sets == [[0, 0]] else 1
     n = 2 if len(sets) == 2 or sets == [[0]] else 1
@@ -82,14 +105,18 @@ def test_uneven_sharing_is_sized_for_the_most_crowded_gpu():
 
 # --- tutorial-style instance_group --------------------------------------------------------------
 
-@pytest.mark.parametrize("count,kind,gpus,world,visible,expected", [
-    (2, "KIND_GPU", [0], 1, 1, [[0], [0]]),
-    (1, "KIND_GPU", [0, 1], 1, 2, [[0], [1]]),
-    (2, "KIND_GPU", [1], 1, 2, [[1], [1]]),
-    (2, "KIND_GPU", None, 1, 2, [[0], [0], [1], [1]]),   # no gpus: every visible GPU
-    (1, "KIND_GPU", [0, 1, 2, 3], 2, 4, [[0, 1], [2, 3]]),
-    (3, "KIND_CPU", None, 1, 2, [[0], [1], [0]]),
-])
+
+@pytest.mark.parametrize(
+    "count,kind,gpus,world,visible,expected",
+    [
+        (2, "KIND_GPU", [0], 1, 1, [[0], [0]]),
+        (1, "KIND_GPU", [0, 1], 1, 2, [[0], [1]]),
+        (2, "KIND_GPU", [1], 1, 2, [[1], [1]]),
+        (2, "KIND_GPU", None, 1, 2, [[0], [0], [1], [1]]),  # no gpus: every visible GPU
+        (1, "KIND_GPU", [0, 1, 2, 3], 2, 4, [[0, 1], [2, 3]]),
+        (3, "KIND_CPU", None, 1, 2, [[0], [1], [0]]),
+    ],
+)
 def test_translate_tutorial(count, kind, gpus, world, visible, expected):
     sets, why = P.translate_tutorial(count, kind, gpus, world, visible)
     assert sets == expected
@@ -105,6 +132,7 @@ def test_translate_tutorial_refusals():
 
 
 # --- KV arithmetic ----------------------------------------------------------------------------------
+
 
 def test_kv_bytes_per_token():
     assert P.kv_bytes_per_token(SMOLLM2, "float16") == 2 * 30 * 3 * 64 * 2
@@ -129,11 +157,25 @@ def test_kv_cap_fits_and_shrinks_with_sharing(gpu_gib, shape, tp):
     for sharing in range(1, 5):
         if sharing * (weights + 2.0 * P.GIB) >= gpu_gib * P.GIB:
             with pytest.raises(ValueError, match="before any KV cache"):
-                P.kv_cap_tokens(gpu_memory_gib=gpu_gib, weights_bytes=weights, reserved_gib=2.0, sharing=sharing,
-                                fraction=0.9, bytes_per_token=per_token, tokens_per_block=32)
+                P.kv_cap_tokens(
+                    gpu_memory_gib=gpu_gib,
+                    weights_bytes=weights,
+                    reserved_gib=2.0,
+                    sharing=sharing,
+                    fraction=0.9,
+                    bytes_per_token=per_token,
+                    tokens_per_block=32,
+                )
             continue
-        cap, how = P.kv_cap_tokens(gpu_memory_gib=gpu_gib, weights_bytes=weights, reserved_gib=2.0, sharing=sharing,
-                                   fraction=0.9, bytes_per_token=per_token, tokens_per_block=32)
+        cap, how = P.kv_cap_tokens(
+            gpu_memory_gib=gpu_gib,
+            weights_bytes=weights,
+            reserved_gib=2.0,
+            sharing=sharing,
+            fraction=0.9,
+            bytes_per_token=per_token,
+            tokens_per_block=32,
+        )
         assert cap % 32 == 0 and cap > 0 and str(cap) in how
         # Every instance's weights, reserve and capped cache fit on the GPU together.
         assert sharing * (weights + 2.0 * P.GIB + cap * per_token) <= gpu_gib * P.GIB
@@ -143,8 +185,15 @@ def test_kv_cap_fits_and_shrinks_with_sharing(gpu_gib, shape, tp):
 
 def test_kv_cap_refuses_when_weights_do_not_fit():
     with pytest.raises(ValueError, match="fewer instances per GPU"):
-        P.kv_cap_tokens(gpu_memory_gib=16, weights_bytes=7 * P.GIB, reserved_gib=2, sharing=2, fraction=0.9,
-                        bytes_per_token=1000, tokens_per_block=32)
+        P.kv_cap_tokens(
+            gpu_memory_gib=16,
+            weights_bytes=7 * P.GIB,
+            reserved_gib=2,
+            sharing=2,
+            fraction=0.9,
+            bytes_per_token=1000,
+            tokens_per_block=32,
+        )
 
 
 def test_min_kv_tokens():
@@ -154,6 +203,13 @@ def test_min_kv_tokens():
 
 
 def test_shape_from_hf_config_defaults():
-    s = P.ModelShape.from_hf_config({"architectures": ["LlamaForCausalLM"], "num_attention_heads": 8,
-                                     "hidden_size": 256, "num_hidden_layers": 2, "vocab_size": 1000})
+    s = P.ModelShape.from_hf_config(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "num_attention_heads": 8,
+            "hidden_size": 256,
+            "num_hidden_layers": 2,
+            "vocab_size": 1000,
+        }
+    )
     assert s.num_kv_heads == 8 and s.head_dim == 32 and s.intermediate_size == 1024

@@ -13,13 +13,27 @@ from .test_config import make_spec, params
 
 def test_table_is_complete():
     for p in U.PARAMETERS.values():
-        assert p.read_in and p.type in ("str", "int", "uint", "uint64", "float", "bool", "int_csv", "int_csv_sets",
-                                         "gpu_sets"), p
+        assert p.read_in and p.type in (
+            "str",
+            "int",
+            "uint",
+            "uint64",
+            "float",
+            "bool",
+            "int_csv",
+            "int_csv_sets",
+            "gpu_sets",
+        ), p
         if p.default is not None and p.type == "bool":
             assert p.default in U.BOOL_TRUE + U.BOOL_FALSE
     required = {n for n, p in U.PARAMETERS.items() if p.required}
-    assert required == {"gpt_model_type", "gpt_model_path", "tokenizer_dir", "xgrammar_tokenizer_info_path",
-                        "guided_decoding_backend"}
+    assert required == {
+        "gpt_model_type",
+        "gpt_model_path",
+        "tokenizer_dir",
+        "xgrammar_tokenizer_info_path",
+        "guided_decoding_backend",
+    }
     assert set(U.ALWAYS_SENT) <= set(U.OUTPUTS) and not set(U.NEVER_SENT) & set(U.OUTPUTS)
 
 
@@ -49,15 +63,18 @@ def test_the_config_before_this_table_would_not_have_loaded(tmp_path):
         check_config(cfg)
 
 
-@pytest.mark.parametrize("key,value,expect", [
-    ("enable_kv_cache_reuse", "yes", "not a valid bool"),  # the backend would silently use its default
-    ("max_tokens_in_paged_kv_cache", "1e6", "not a valid int"),
-    ("batch_scheduler_policy", "fcfs", "not one of"),
-    ("gpt_model_type", "ifb", "not one of"),
-    ("worker_path", "/x", "must be absent"),
-    ("kv_cache_host_memroy_bytes", "1", "not a parameter"),  # a typo is caught, not ignored
-    ("decoding_mode", "lookahead", "lookahead_window_size: required"),
-])
+@pytest.mark.parametrize(
+    "key,value,expect",
+    [
+        ("enable_kv_cache_reuse", "yes", "not a valid bool"),  # the backend would silently use its default
+        ("max_tokens_in_paged_kv_cache", "1e6", "not a valid int"),
+        ("batch_scheduler_policy", "fcfs", "not one of"),
+        ("gpt_model_type", "ifb", "not one of"),
+        ("worker_path", "/x", "must be absent"),
+        ("kv_cache_host_memroy_bytes", "1", "not a parameter"),  # a typo is caught, not ignored
+        ("decoding_mode", "lookahead", "lookahead_window_size: required"),
+    ],
+)
 def test_values_the_backend_would_misread_are_refused(tmp_path, key, value, expect):
     cfg = tensorrtllm_engine(make_spec(tmp_path), tmp_path / "repo")
     cfg.parameters[key].CopyFrom(mc.ModelParameter(string_value=value))
@@ -93,6 +110,13 @@ def test_build_flags_of_every_example_spec_are_trtllm_builds():
 
 
 def test_build_flags_trtllm_build_would_refuse():
-    problems = U.check_build_flags({"kv_cache_type": "pagedd", "max_seq_len": "0", "paged_kv_cache_x": "1",
-                                    "use_paged_context_fmha": "enable", "gemm_plugin": "float16"})
+    problems = U.check_build_flags(
+        {
+            "kv_cache_type": "pagedd",
+            "max_seq_len": "0",
+            "paged_kv_cache_x": "1",
+            "use_paged_context_fmha": "enable",
+            "gemm_plugin": "float16",
+        }
+    )
     assert len(problems) == 3 and "--kv_cache_type" in problems[0]
