@@ -5,21 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import urllib.request
 from pathlib import Path
 
 import yaml
 
-from .process_group import ProcessGroup
+from .process_group import ProcessGroup, http_ok
 from .reaper import Reaper
 
 
 def is_healthy(port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=timeout) as r:
-            return r.status == 200
-    except OSError:
-        return False
+    return http_ok(f"http://{host}:{port}/health", timeout)
 
 
 class FrontendProcess(ProcessGroup):

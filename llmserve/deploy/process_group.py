@@ -13,9 +13,19 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 from .reaper import Reaper
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True if `url` answers 200 (the readiness probe of every process we start); any failure is False."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 class ProcessGroup:

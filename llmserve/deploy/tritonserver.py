@@ -15,12 +15,11 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..spec import ROOT
-from .process_group import ProcessGroup
+from .process_group import ProcessGroup, http_ok
 from .reaper import Reaper
 from .security import ADMIN_KEY_ENV, restricted_flags, scrub_argv
 
@@ -143,11 +142,7 @@ def free_ports(n: int) -> list[int]:
 
 
 def is_ready(http_port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{host}:{http_port}/v2/health/ready", timeout=timeout) as r:
-            return r.status == 200
-    except OSError:
-        return False
+    return http_ok(f"http://{host}:{http_port}/v2/health/ready", timeout)
 
 
 class TritonProcess(ProcessGroup):
