@@ -245,10 +245,20 @@ CANCELLED_MESSAGE = "cancelled"
 # Substrings of Triton's own messages with the same meaning.
 TRITON_QUEUE_FULL = "Exceeds maximum queue size"  # dynamic batcher's max_queue_size
 TRITON_STUB_DEAD = "is not healthy"  # "Stub process '<model>' is not healthy."
+# Triton's own input validation (core's infer_request.cc). A client hitting a model directly gets
+# INVALID_ARG for these; over BLS (the unary twins) the code is lost, so the message must say it.
+TRITON_INVALID_INPUT = (
+    "missing required input",
+    "unexpected inference input",
+    "unexpected shape for input",
+    "input byte size mismatch",
+    "data-type is '",
+)
 
 # kind -> substrings that mark it anywhere in a message (a model or the ensemble may prefix its name).
 ERROR_MARKERS: dict[ErrorKind, tuple[str, ...]] = {
     ErrorKind.BUSY: (f"{BUSY_PREFIX}:", TRITON_QUEUE_FULL),
     ErrorKind.UNAVAILABLE: (f"{UNAVAILABLE_PREFIX}:", TRITON_STUB_DEAD),
     ErrorKind.TIMEOUT: (f"{TIMEOUT_PREFIX}: ",),
+    ErrorKind.INVALID_ARGUMENT: TRITON_INVALID_INPUT,  # ours are "invalid <field>: " (errors.RequestError)
 }

@@ -41,7 +41,7 @@ def classify(message: str) -> ErrorKind:
     """An error message from any hop (ours, Triton's, over BLS or the ensemble) -> its kind."""
     if _INVALID.search(message):
         return ErrorKind.INVALID_ARGUMENT
-    for kind, markers in ERROR_MARKERS.items():  # busy, unavailable, timeout: in that order
+    for kind, markers in ERROR_MARKERS.items():  # busy, unavailable, timeout, Triton's input checks
         if any(m in message for m in markers):
             return kind
     if message.strip().endswith(CANCELLED_MESSAGE):

@@ -39,6 +39,12 @@ SEEN = {
     ErrorKind.INVALID_ARGUMENT: [
         str(RequestError("max_tokens", "must be in [1, 256], got 400")),
         "in ensemble 'ensemble', invalid stop_words_list: token ids must lie in [0, 49152)",
+        # Triton's own input checks, as a unary twin gets them back over BLS (INTERNAL there)
+        "tensorrt_llm: [request id: <id_unknown>] expected 3 inputs but got 2 inputs for model 'tensorrt_llm'. "
+        "Got input(s) ['request_output_len','input_lengths'], but missing required input(s) ['input_ids']. "
+        "Please provide all required input(s).",
+        "unexpected inference input 'foo' for model 'tensorrt_llm'",
+        "inference input 'seed' data-type is 'FP32', but model 'tensorrt_llm' expects 'UINT64'",
     ],
     ErrorKind.CANCELLED: ["cancelled", "Request was cancelled", "tensorrt_llm: cancelled "],
     ErrorKind.INTERNAL: ["error: CUDA out of memory", "Failed to process the request(s) for model 'x'"],
