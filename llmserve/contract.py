@@ -52,6 +52,9 @@ ENSEMBLE_OUTPUTS: list[Tensor] = [
     Tensor("text_output", "STRING", (-1,)),
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
+    # Ours, additive: the token ids text_output was decoded from ([beam, tokens], one per log prob), so
+    # a client can tell which token each log probability belongs to (the OpenAI frontend's `logprobs`).
+    Tensor("output_token_ids", "INT32", (-1, -1)),
 ]
 
 # --- tensorrt_llm (token level; identical for the torch and the TensorRT-LLM engine) ------------
@@ -187,6 +190,7 @@ POSTPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("text_output", "STRING", (-1,)),
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
+    Tensor("output_token_ids", "INT32", (-1, -1)),  # output_ids as decoded (see ENSEMBLE_OUTPUTS)
 ]
 # Upstream's names on postprocessing (NVIDIA's end_to_end_test.py): TOKENS_BATCH / SEQUENCE_LENGTH in,
 # OUTPUT out, declared besides ours (so output_ids / sequence_length are optional in the config; the

@@ -10,7 +10,8 @@ encodes one per request and per resume).
 
 A streamed response is read into a `Piece`: its text and its token count. Every response carries
 one log-probability per token (`output_log_probs`, FP32), which is how tokens are counted exactly;
-a response without it counts as one token."""
+a response without it counts as one token. The gRPC readers also keep the token ids
+(`output_token_ids`) and their log-probabilities, for OpenAI's `logprobs`."""
 
 from __future__ import annotations
 
@@ -88,10 +89,13 @@ def stop_request(request_id: str, model: str = ENGINE) -> service_pb2.ModelInfer
 
 @dataclass
 class Piece:
-    """One streamed response: its text and how many tokens produced it."""
+    """One streamed response: its text and how many tokens produced it (with their ids and
+    log-probabilities where the response has them)."""
 
     text: str
     tokens: int
+    ids: list[int] | None = None
+    logprobs: list[float] | None = None
 
 
 def is_final(resp: service_pb2.ModelInferResponse) -> bool:
@@ -114,8 +118,13 @@ def read_piece(resp: service_pb2.ModelInferResponse) -> Piece | None:
         n = int.from_bytes(buf[i : i + 4], "little")
         parts.append(buf[i + 4 : i + 4 + n])
         i += 4 + n
-    lp = raw.get("output_log_probs")
-    return Piece(b"".join(parts).decode("utf-8"), len(lp) // 4 if lp is not None else 1)
+    lp, ids = raw.get("output_log_probs"), raw.get("output_token_ids")
+    return Piece(
+        b"".join(parts).decode("utf-8"),
+        len(lp) // 4 if lp is not None else 1,
+        np.frombuffer(ids, dtype="<i4").tolist() if ids is not None else None,
+        np.frombuffer(lp, dtype="<f4").tolist() if lp is not None else None,
+    )
 
 
 def result_piece(result) -> Piece | None:
@@ -123,8 +132,13 @@ def result_piece(result) -> Piece | None:
     text = result.as_numpy("text_output")
     if text is None:
         return None
-    lp = result.as_numpy("output_log_probs")
-    return Piece(b"".join(text.reshape(-1)).decode("utf-8"), int(lp.size) if lp is not None else 1)
+    lp, ids = result.as_numpy("output_log_probs"), result.as_numpy("output_token_ids")
+    return Piece(
+        b"".join(text.reshape(-1)).decode("utf-8"),
+        int(lp.size) if lp is not None else 1,
+        ids.reshape(-1).tolist() if ids is not None else None,
+        lp.reshape(-1).tolist() if lp is not None else None,
+    )
 
 
 def event_piece(event: dict) -> Piece | None:

@@ -4,7 +4,8 @@ Text: exact detokenization of whole outputs and of streamed chunks (text/detoken
 whole dynamic batch in one tokenizer call. Log probs: passed through when the engine sent them;
 TensorRT-LLM sends them only when the request sets return_log_probs, so otherwise zeros (one per
 token, the shape of real ones), as upstream's postprocessing does, so that every ensemble response
-has every output whatever the engine."""
+has every output whatever the engine. Token ids: the chunk's output_ids (up to sequence_length), so
+a client knows which token each log prob belongs to."""
 
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list[dict[str,
         except Exception as e:  # a malformed tensor from a direct caller: an error, not a crash
             results[i] = e
             continue
-        owners.append((i, len(beams), log_probs))
+        owners.append((i, len(beams), log_probs, ids[:, :, : int(lengths.max()) if lengths.size else 0]))
         items.extend(beams)
     texts = iter(detok.decode_many(items)) if items else iter(())
-    for i, beams, (cum, per_token) in owners:
+    for i, beams, (cum, per_token), token_ids in owners:
         if upstream[i]:
             results[i] = {"OUTPUT": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_)}
             continue
@@ -61,6 +62,7 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list[dict[str,
             "text_output": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_),
             "cum_log_probs": cum,
             "output_log_probs": per_token,
+            "output_token_ids": token_ids.astype(np.int32),
         }
     return results
 

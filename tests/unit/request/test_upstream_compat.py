@@ -69,7 +69,10 @@ def test_every_upstream_tensor_is_on_the_page(line):
 def test_the_page_has_no_other_rows():
     tensor_row = re.compile(rf"^\| `\w+` \| [A-Z0-9]+ \| ({U.SAME}|{U.DIFFERENT}|{U.REFUSED}|ours) \|")
     rows = {line for line in DOC.read_text().splitlines() if tensor_row.match(line)}
-    ours = {row(t.name, t.dtype, "ours", "") for t in C.ENSEMBLE_INPUTS + C.ENGINE_INPUTS + C.ENGINE_OUTPUTS}
+    ours = {
+        row(t.name, t.dtype, "ours", "")
+        for t in C.ENSEMBLE_INPUTS + C.ENSEMBLE_OUTPUTS + C.ENGINE_INPUTS + C.ENGINE_OUTPUTS
+    }
     extra = {
         r
         for r in rows - set(ensemble_rows()) - set(model_rows()) - set(trtllm_rows())
