@@ -4,7 +4,7 @@ what they mean to TensorRT-LLM (see read_sampling), so both layouts sample alike
 
 from __future__ import annotations
 
-from ..engine.sampling import trtllm_top_k_top_p
+from ..engine.params import trtllm_top_k_top_p
 from .reader import Reader, check, one
 
 CLIENT_NAMES = {"top_k": "top_k", "top_p": "top_p"}

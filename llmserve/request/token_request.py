@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.sampling import SamplingParams
+from ..engine.params import SamplingParams
 from ..errors import RequestError
 from .reader import Reader, check, one
 from .sampling import ENGINE_NAMES, read_sampling

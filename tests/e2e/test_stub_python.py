@@ -9,6 +9,10 @@ that answers exactly like the tensorrt_llm adapter: StreamSender, from a thread 
 execute()'s, with all five token-level outputs. A twin model that sends every tensor (what the
 adapter did before) shows the stub really dies, i.e. that this test catches the bug.
 
+The tensorrtllm layout's relay (the real generated `tensorrt_llm` model) runs on a 3.12 stub too, in front
+of a torch-free backend that answers like the C++ backend: a direct token-level client asking for two
+outputs killed the relay's stub on the H200 before the relay sent only the requested ones.
+
 Needs a Python 3.12 virtualenv for the stub: `scripts/stub_python.sh /path/to/python3.12`
 (default location build/stubvenv-3.12, or set LLMSERVE_TEST_STUB_PYTHON); skipped without one."""
 
@@ -24,8 +28,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from llmserve import contract as C
+from llmserve.checkpoint import build_checkpoint
 from llmserve.deploy.tritonserver import TritonProcess, free_ports
-from llmserve.spec import ROOT
+from llmserve.repository.writer import write_repository
+from llmserve.spec import ROOT, load_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -94,6 +101,42 @@ MODEL = textwrap.dedent("""
 """)
 
 
+# The C++ backend's part, without torch (the stub venv has numpy and tokenizers only): one response per
+# token, from a thread of its own, every output the relay asks for (BACKEND_OUTPUTS).
+BACKEND = textwrap.dedent("""
+    import threading
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    from llmserve.pipeline.triton_glue import StreamSender, reader
+
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            pass
+
+        def run(self, send, n):
+            for i in range(n):
+                send({"output_ids": np.array([[[504 + i]]], dtype=np.int32),
+                      "sequence_length": np.array([[1]], dtype=np.int32),
+                      "cum_log_probs": np.array([[-1.0 * (i + 1)]], dtype=np.float32),
+                      "output_log_probs": np.array([[[-1.0]]], dtype=np.float32)}, i == n - 1)
+
+        def execute(self, requests):
+            for request in requests:
+                read = reader(pb_utils, request)
+                send = StreamSender(pb_utils, request)
+                stop = read("stop")
+                if stop is not None and bool(stop.reshape(-1)[0]):
+                    send(None, True)
+                    continue
+                n = int(read("request_output_len").reshape(-1)[0])
+                threading.Thread(target=self.run, args=(send, n), daemon=True).start()
+            return None
+""")
+
+
 def _stub_version() -> str | None:
     if not STUB_PYTHON.exists():
         return None
@@ -115,6 +158,14 @@ def py312_server(tmp_path_factory):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, prune=prune))
         (repo / name / "1" / "model.py").write_text(MODEL)
+    # The tensorrtllm layout's relay as generated, in front of the torch-free backend above.
+    spec = load_spec(ROOT / "specs/tiny-trtllm.yaml")
+    build_checkpoint(spec)
+    layout = repo.parent / "tiny-trtllm"
+    write_repository(spec, "tiny-trtllm.yaml", layout, standin=True)
+    for name in (C.ENGINE, C.BACKEND):
+        (layout / name).rename(repo / name)
+    (repo / C.BACKEND / "1" / "model.py").write_text(BACKEND)
     http, grpc, metrics = free_ports(3)
     log = repo.parent / "tritonserver.log"
     saved = os.environ.get("LLMSERVE_STUB_PYTHON")
@@ -136,15 +187,34 @@ def py312_server(tmp_path_factory):
         proc.stop()
 
 
+def _token_inputs(n: int) -> list:
+    """A direct token-level request (tools/bench.py's): n tokens, streamed."""
+    values = {
+        "input_ids": np.array([[1, 504, 3458]], dtype=np.int32),
+        "input_lengths": np.array([[3]], dtype=np.int32),
+        "request_output_len": np.array([[n]], dtype=np.int32),
+        "streaming": np.array([[True]], dtype=np.bool_),
+    }
+    out = []
+    for name, arr in values.items():
+        t = grpcclient.InferInput(name, list(arr.shape), "BOOL" if arr.dtype == np.bool_ else "INT32")
+        t.set_data_from_numpy(arr)
+        out.append(t)
+    return out
+
+
 def _stream(port: int, model: str, n: int, outputs: list[str]) -> tuple[list, list[str]]:
     """(results, errors) of one streamed request asking for `outputs` only."""
     client = grpcclient.InferenceServerClient(f"localhost:{port}")
     got: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: got.put((result, error)), stream_timeout=60)
     try:
-        t = grpcclient.InferInput("n", [1], "INT32")
-        t.set_data_from_numpy(np.array([n], dtype=np.int32))
-        client.async_stream_infer(model, [t], outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
+        if model == C.ENGINE:
+            inputs = _token_inputs(n)
+        else:
+            inputs = [grpcclient.InferInput("n", [1], "INT32")]
+            inputs[0].set_data_from_numpy(np.array([n], dtype=np.int32))
+        client.async_stream_infer(model, inputs, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
         results, errors = [], []
         while len(results) < n and not errors:
             try:
@@ -183,3 +253,15 @@ def test_the_unpruned_sender_does_kill_a_312_stub(py312_server, emit):
     # The fixed model lives in another stub and keeps serving.
     results, errors = _stream(py312_server.grpc_port, "sender", 3, ["output_ids"])
     assert not errors and len(results) == 3
+
+
+def test_the_relay_sends_a_direct_client_only_what_it_asked_for_on_python312(py312_server, emit):
+    """The H200's fault (docs/perf-gpu.md): the relay's stub died on the first direct token-level request
+    asking for output_ids and sequence_length only. Several requests, each streamed token by token."""
+    for attempt in range(3):
+        results, errors = _stream(py312_server.grpc_port, C.ENGINE, CHUNKS, ["output_ids", "sequence_length"])
+        assert not errors, f"attempt {attempt}: {errors}"
+        assert len(results) == CHUNKS
+        assert [int(r.as_numpy("output_ids").reshape(-1)[0]) for r in results] == [504 + i for i in range(CHUNKS)]
+        assert all(r.as_numpy("output_context_ids") is None for r in results)  # not requested, never sent
+    emit(f"relay on a Python 3.12 stub: 3 x {CHUNKS} responses with 2 outputs requested: OK")
