@@ -35,6 +35,13 @@ def _scalars(dtype: str, *names: str, reshape: bool = False) -> list[Tensor]:
 SAMPLING_FP32 = ("temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
 SAMPLING_INT32 = ("top_k", "min_tokens", "beam_width")
 
+# Upstream's guided decoding (json, json_schema, regex, ebnf_grammar, structural_tag + the guide), on the
+# ensemble and on tensorrt_llm alike: the ensemble passes the client's tensors straight to the engine.
+GUIDED_INPUTS = [Tensor("guided_decoding_guide_type", "STRING", (1,)), Tensor("guided_decoding_guide", "STRING", (1,))]
+# TensorRT-LLM's GuidedDecodingParams::GuideType values, as requests name them ("json" takes no guide).
+GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar", "structural_tag")
+MAX_GUIDE_CHARS = 65536  # a longer schema or grammar is refused before it is parsed
+
 # --- ensemble (what clients send and receive) --------------------------------------------------
 ENSEMBLE_INPUTS: list[Tensor] = [
     # Required, but declared optional: Triton 2.51's generate endpoint answers a request missing a
@@ -47,6 +54,7 @@ ENSEMBLE_INPUTS: list[Tensor] = [
     *_scalars("INT32", "end_id", "pad_id", *SAMPLING_INT32),
     *_scalars("FP32", *SAMPLING_FP32),
     Tensor("seed", "UINT64", (1,)),
+    *GUIDED_INPUTS,
 ]
 ENSEMBLE_OUTPUTS: list[Tensor] = [
     Tensor("text_output", "STRING", (-1,)),
@@ -83,6 +91,7 @@ ENGINE_INPUTS: list[Tensor] = [
     # Upstream's preprocessing answers one pad token for a decoder-only model and its end_to_end_test.py
     # sends it back: accepted as "no decoder input", anything longer refused (no encoder-decoder models).
     Tensor("decoder_input_ids", "INT32", (-1,), ragged=True),
+    *GUIDED_INPUTS,
     # Ours, additive: the id a `stop` names to cancel this request, when it is not the Triton request
     # id. Preprocessing sends the client's request id, or mints one when the client set none, so that
     # every ensemble request can be cancelled; the engine echoes it (an output of the same name) to

@@ -21,6 +21,8 @@ class SamplingParams:
     seed: int | None = None
     stop_words: list[str] = field(default_factory=list)
     bad_words: list[list[int]] = field(default_factory=list)
+    # guided decoding: the xgrammar CompiledGrammar the output must match (engine/guided.py), or None
+    grammar: object | None = None
 
     @property
     def greedy(self) -> bool:

@@ -12,6 +12,7 @@ from ..contract import CANCELLED_MESSAGE, TIMEOUT_PREFIX
 from ..engine.engine import Engine
 from ..engine.loader import load_model
 from ..engine.sequence import Sequence
+from ..errors import RequestError
 from ..finish import FinishReason
 from ..request.reader import Reader
 from ..request.token_request import EngineRequest, parse_engine_request
@@ -54,7 +55,7 @@ class EngineService:
         self.stops = CancelRegistry()
 
     def parse(self, read: Reader) -> EngineRequest:
-        return parse_engine_request(
+        req = parse_engine_request(
             read,
             vocab_size=self.model.cfg.vocab_size,
             default_end_ids=self.model.cfg.eos_token_ids,
@@ -63,6 +64,9 @@ class EngineService:
             exclude_default=self.opts.exclude_input_in_output,
             decode_word=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
         )
+        if req.guide is not None:  # the contract is landed before the engine enforces it: never ignored
+            raise RequestError("guided_decoding_guide_type", "guided decoding is not enforced by this engine yet")
+        return req
 
     def submit(
         self,

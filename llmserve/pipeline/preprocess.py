@@ -7,10 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import REQUEST_KEY, UPSTREAM_PREPROCESSING_NAMES, UPSTREAM_PREPROCESSING_OUTPUT_NAMES
+from ..engine.guided import grammar_of
 from ..errors import RequestError
+from ..request.guided import read_guide
 from ..request.parameters import refuse_parameters
 from ..request.reader import Reader, check, one, text, words
 from ..request.sampling import CLIENT_NAMES, read_sampling
+from ..request.token_request import check_guided_min_tokens
 from ..request.word_lists import to_word_list
 from ..text.tokenizer import load_hf_tokenizer
 from .cancellation import edge_key, key_tensor
@@ -62,7 +65,10 @@ class Preprocessor:
         max_tokens = one(read, "max_tokens", int, required=True)
         limit = self.opts.max_output_len
         check("max_tokens", 1 <= max_tokens <= limit, f"must be in [1, {limit}], got {max_tokens}")
-        read_sampling(read, CLIENT_NAMES, max_tokens, self.opts.max_beam_width)  # range checks only
+        sampling = read_sampling(read, CLIENT_NAMES, max_tokens, self.opts.max_beam_width)  # range checks only
+        # The guide is parsed here (a bad one: 400 before any engine slot), and reaches tensorrt_llm
+        # straight from the client's tensors (the ensemble wires them there).
+        check_guided_min_tokens(read_guide(read, grammar_of), sampling["min_tokens"])
         vocab = len(self.tok)
         end_id, pad_id = one(read, "end_id", int, self.end_id), one(read, "pad_id", int, self.pad_id)
         for name, v in (("end_id", end_id), ("pad_id", pad_id)):

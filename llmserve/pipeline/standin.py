@@ -198,6 +198,8 @@ def parse_request(
         )
     max_new = min(int(max_new), max_seq_len - len(prompt))  # the executor clamps, with a warning
     seed = _scalar(read, "seed")
+    if _scalar(read, "guided_decoding_guide_type"):  # not enforced yet: refused rather than ignored
+        raise BackendError("the stand-in does not enforce guided decoding yet")
     # The sampling layers' rule (unset = 0): top_k == 0 and top_p == 0 is greedy, top_k alone is top-k.
     top_k, top_p = trtllm_top_k_top_p(int(top_k or 0), top_p or 0.0)
     params = SamplingParams(

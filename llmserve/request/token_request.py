@@ -10,6 +10,7 @@ import numpy as np
 
 from ..engine.params import SamplingParams
 from ..errors import RequestError
+from .guided import GUIDE, Guide, read_guide
 from .reader import Reader, check, one
 from .sampling import ENGINE_NAMES, read_sampling
 from .word_lists import MAX_TOTAL_CHARS, from_word_list
@@ -22,6 +23,7 @@ class EngineRequest:
     streaming: bool
     exclude_input_in_output: bool
     return_log_probs: bool
+    guide: Guide | None = None  # compiled into params.grammar by the engine that serves it
 
 
 def is_stop_request(read: Reader) -> bool:
@@ -79,6 +81,8 @@ def parse_engine_request(
     if end_id is not None:
         check("end_id", 0 <= end_id < vocab_size, f"must lie in [0, {vocab_size}), got {end_id}")
     sampling = read_sampling(read, ENGINE_NAMES, max_tokens)
+    guide = read_guide(read)
+    check_guided_min_tokens(guide, sampling["min_tokens"])
     stop_ids = _word_list(read, "stop_words_list")
     bad_words = _word_list(read, "bad_words_list")
     for name, lists in (("stop_words_list", stop_ids), ("bad_words_list", bad_words)):
@@ -103,4 +107,15 @@ def parse_engine_request(
         streaming=one(read, "streaming", bool, False),
         exclude_input_in_output=one(read, "exclude_input_in_output", bool, exclude_default),
         return_log_probs=one(read, "return_log_probs", bool, False),
+        guide=guide,
+    )
+
+
+def check_guided_min_tokens(guide: Guide | None, min_tokens: int) -> None:
+    """With a guide the grammar decides where the output ends (the end token is allowed exactly when it
+    is complete); min_tokens could forbid the only token the grammar allows, so the two are exclusive."""
+    check(
+        "min_tokens",
+        guide is None or min_tokens == 0,
+        f"cannot be combined with {GUIDE}: the grammar decides where the output ends",
     )

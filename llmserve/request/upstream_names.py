@@ -78,8 +78,18 @@ ENSEMBLE_INPUTS: list[Upstream] = [
     Upstream("lora_task_id", "UINT64", REFUSED, _LORA),
     Upstream("lora_weights", "FP16", REFUSED, _LORA),
     Upstream("lora_config", "INT32", REFUSED, _LORA),
-    Upstream("guided_decoding_guide_type", "STRING", REFUSED, "guided decoding is not served"),
-    Upstream("guided_decoding_guide", "STRING", REFUSED, "guided decoding is not served"),
+    Upstream(
+        "guided_decoding_guide_type",
+        "STRING",
+        SAME,
+        "json, json_schema, regex, ebnf_grammar, structural_tag (xgrammar, both engines); empty: not guided",
+    ),
+    Upstream(
+        "guided_decoding_guide",
+        "STRING",
+        SAME,
+        "a bad schema, regex or grammar is a 400 naming it (parsed in preprocessing); none for json",
+    ),
 ]
 
 # Names from older upstream versions that its docs and configs still show; sent today they are

@@ -140,3 +140,11 @@ def test_process_answers_each_request_of_a_batch_on_its_own(pre):
     assert isinstance(bad_tokens, RequestError) and bad_tokens.field == "text_input"
     assert f"the limit is {MAX_IN}" in str(bad_tokens)
     assert isinstance(bad_field, RequestError) and bad_field.field == "max_tokens"
+
+
+def test_guided_decoding_is_checked_at_the_edge(pre):
+    ok = reader(text_input="Hi", max_tokens=4, guided_decoding_guide_type="regex", guided_decoding_guide="[0-9]+")
+    pre.validate(ok)
+    assert error(pre, guided_decoding_guide_type="yaml")[0] == "guided_decoding_guide_type"
+    assert error(pre, guided_decoding_guide_type="json_schema", guided_decoding_guide="{")[0] == "guided_decoding_guide"
+    assert error(pre, guided_decoding_guide_type="json", min_tokens=1)[0] == "min_tokens"
