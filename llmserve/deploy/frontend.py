@@ -20,7 +20,8 @@ def is_healthy(port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool
 class FrontendProcess(ProcessGroup):
     """One OpenAI frontend (`python -m llmserve.openai_api`); ready when /health answers 200 (it is up
     and sees a ready Triton server). SIGTERM: uvicorn finishes in-flight requests, bounded by
-    serving.exit_timeout_s."""
+    serving.exit_timeout_s. workers: its processes (None: the spec's openai.worker_count()); they are
+    in its process group, so the group's kill ends them too."""
 
     what = "the OpenAI frontend"
     ready_poll_s = 0.3
@@ -36,6 +37,7 @@ class FrontendProcess(ProcessGroup):
         log_path: Path | None = None,
         env: dict | None = None,
         reaper: Reaper | None = None,
+        workers: int | None = None,
     ):
         self.host = host
         cmd = [
@@ -50,6 +52,7 @@ class FrontendProcess(ProcessGroup):
             str(port),
             "--triton",
             ",".join(triton),
+            *(["--workers", str(workers)] if workers else []),
         ]
         super().__init__(cmd, port=port, log_path=log_path, reaper=reaper)
         self.env = {**os.environ, **(env or {})}
@@ -65,15 +68,22 @@ class Frontends:
     """N frontends on 127.0.0.1:base_port + i for `serve.sh --replicas N`, each sending to every
     Triton replica directly (so it can cancel a request on the server that holds it and pick the
     least busy one itself); HAProxy's `openai` frontend balances clients over them. The spec is
-    written to the work directory, so a spec changed in memory (tests, --replicas) is the one served."""
+    written to the work directory, so a spec changed in memory (tests, --replicas) is the one served.
+    They share the host's cores: each gets openai.worker_count(N) worker processes."""
 
     def __init__(self, spec, workdir: Path, triton: list[str], ports: list[int], *, reaper: Reaper | None = None):
         self.workdir = Path(workdir)
         self.spec_path = self.workdir / "openai-spec.yaml"
         self.spec, self.triton, self.ports = spec, triton, list(ports)
+        workers = spec.openai.worker_count(len(self.ports))
         self.processes = [
             FrontendProcess(
-                self.spec_path, port=p, triton=triton, log_path=self.workdir / f"openai{i}.log", reaper=reaper
+                self.spec_path,
+                port=p,
+                triton=triton,
+                log_path=self.workdir / f"openai{i}.log",
+                reaper=reaper,
+                workers=workers,
             )
             for i, p in enumerate(self.ports)
         ]

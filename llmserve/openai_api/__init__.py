@@ -11,5 +11,6 @@ Triton servers: FastAPI + uvicorn, gRPC streaming to the ensemble with failover 
     errors.py    errors in OpenAI's format, and the answer for each failure of the ensemble client
     auth.py      optional Bearer keys
     config.py    settings from the spec's `openai:` section
-    process.py   the frontend as a child process (serve.py, cluster.py, tests)
+    workers.py   several worker processes on one port (uvicorn's supervisor), metrics added up across them
+    (the frontend as a child process of serve.py, cluster.py and the tests: llmserve/deploy/frontend.py)
 """

@@ -3,7 +3,10 @@
     python -m llmserve.openai_api --spec specs/default.yaml [--port 9000] [--triton localhost:8001,...]
 
 --triton: the Triton servers' gRPC host:port, comma-separated (default: localhost and the spec's
-serving.grpc_port). API keys come from the spec / environment / file (never the command line, which
+serving.grpc_port). --workers: processes serving the port (default: the spec's openai.workers, else
+sized to the machine; workers.py). --reuse-port (one worker): bind with SO_REUSEPORT, so that several
+frontends started by hand share the port and the kernel spreads connections over them (what
+scripts/h200/ceiling.sh measures against --workers; their /metrics are not added up). API keys come from the spec / environment / file (never the command line, which
 every user of the machine can read). Logs (one access line per request, errors with their cause) go
 to stderr as text or JSON lines: --log-level / --log-format, default the spec's `logging:` section."""
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 
 import uvicorn
@@ -21,6 +25,7 @@ from .app import create_app
 from .auth import KeyCheck
 from .config import settings_from_spec
 from .service import Service
+from .workers import run as run_workers
 
 log = logging.getLogger("llmserve.openai_api")
 
@@ -40,6 +45,8 @@ def _main(argv=None) -> int:
     ap.add_argument("--host", help="default: openai.bind of the spec")
     ap.add_argument("--port", type=int, help="default: openai.port of the spec")
     ap.add_argument("--triton", help="Triton gRPC endpoints, comma-separated")
+    ap.add_argument("--workers", type=int, help="worker processes (default: openai.workers, else sized to the machine)")
+    ap.add_argument("--reuse-port", action="store_true", help="one worker: bind with SO_REUSEPORT")
     add_cli_options(ap)
     args = ap.parse_args(argv)
     try:
@@ -47,24 +54,28 @@ def _main(argv=None) -> int:
         configure_from_args(args, spec)
         endpoints = args.triton.split(",") if args.triton else [f"localhost:{spec.serving.grpc_port}"]
         settings = settings_from_spec(spec, endpoints)
-        service = Service(settings)
+        workers = args.workers or spec.openai.worker_count()
+        if workers < 1 or (args.reuse_port and workers > 1):
+            raise ValueError(f"--workers must be >= 1 (1 with --reuse-port), got {workers}")
+        service = Service(settings) if workers == 1 else None  # each worker builds its own
     except (SpecError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     keys = KeyCheck(settings.api_keys)
     host, port = args.host or spec.openai.bind, args.port or spec.openai.port
     log.info(
-        "model %r on http://%s:%d/v1 -> Triton %s (API keys: %s)",
+        "model %r on http://%s:%d/v1 -> Triton %s (API keys: %s, %d worker%s)",
         settings.model,
         host,
         port,
         ",".join(endpoints),
         "required" if keys.enabled else "off",
+        workers,
+        "" if workers == 1 else "s",
     )
     # log_config=None: uvicorn's own records go through our handler (same format, JSON included);
     # access_log=False: ours (access.py) has the request id, the tokens and the error's cause.
-    config = uvicorn.Config(
-        create_app(service, keys),
+    options = dict(
         host=host,
         port=port,
         log_config=None,
@@ -73,8 +84,20 @@ def _main(argv=None) -> int:
         timeout_graceful_shutdown=spec.serving.exit_timeout_s,
         loop="asyncio",
     )
-    uvicorn.Server(config).run()
+    if workers > 1:
+        worker_args = dict(spec=args.spec, endpoints=endpoints, log_level=args.log_level, log_format=args.log_format)
+        return run_workers(worker_args, workers, **options)
+    server = uvicorn.Server(uvicorn.Config(create_app(service, keys), **options))
+    server.run(sockets=[reuse_port_socket(host, port)] if args.reuse_port else None)
     return 0
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ returned in the response's `X-Request-Id` header, set as the logging context of 
 request runs (llmserve.logs), and sent to Triton as the gRPC request id, with `-<attempt>` appended
 (`req-...-1`, `-2` for a retry or resume on another server), so tritonserver's lines of that request
 carry it too. The Triton id must be unique while the request runs (a `stop` request cancels by id):
-an id that another request of this frontend is still using gets a random suffix (`<id>.<6 hex>`),
+an id that another request of this worker process (workers.py) is still using gets a random suffix (`<id>.<6 hex>`),
 which the response header then returns.
 
 Access line: one per request when it is over (for a stream: when its last byte went out), at INFO

@@ -21,7 +21,10 @@ The `_api_` part keeps them apart from the engine's own `llmserve_*` series on T
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 PREFIX = "llmserve_api_"
 TTFT_BUCKETS = (
@@ -155,9 +158,10 @@ class Metrics:
             p + "request_errors_total", "Requests answered with an error, by HTTP status.", lab + ["status"], registry=r
         )
         self.model = model
-        self.running = Gauge(p + "num_requests_running", "Requests in this frontend now.", lab, registry=r).labels(
-            model
-        )
+        # livesum: with several workers (workers.py), the sum over the living ones.
+        self.running = Gauge(
+            p + "num_requests_running", "Requests in this frontend now.", lab, registry=r, multiprocess_mode="livesum"
+        ).labels(model)
         self.retries = Counter(
             p + "retries_total", "Requests sent again to another server before any token.", lab, registry=r
         ).labels(model)
@@ -169,4 +173,10 @@ class Metrics:
         self._errors.labels(self.model, str(status)).inc()
 
     def render(self) -> bytes:
+        """This process's series, or with several workers (PROMETHEUS_MULTIPROC_DIR set, workers.py)
+        every worker's, added up."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)

@@ -2,9 +2,12 @@
 
 `scripts/serve.sh` starts one frontend next to tritonserver on `port`; `serve.sh --replicas N`
 starts N frontends on `base_port + i`, behind HAProxy's own frontend on `port` (health-checked on
-/health like the Triton servers on /v2/health/ready)."""
+/health like the Triton servers on /v2/health/ready). Each frontend runs `workers` processes on its
+port (llmserve/openai_api/workers.py)."""
 
 from __future__ import annotations
+
+import os
 
 from pydantic import Field
 
@@ -37,6 +40,19 @@ class OpenAIFrontend(Strict):
     """Sends of one request (first try + retries + resumes) before it fails with 503."""
     health_interval_ms: int = Field(default=500, ge=50)
     """How often the frontend checks each Triton server's readiness."""
+    workers: int | None = Field(default=None, ge=1, le=64)
+    """Worker processes per frontend, sharing its port (uvicorn's supervisor restarts one that dies;
+    /metrics adds up all of them). One process handles about one core's worth of streams
+    (docs/perf-gpu.md). Default: worker_count()."""
+
+    def worker_count(self, frontends: int = 1, cores: int | None = None) -> int:
+        """`workers`, or the default sized to the machine: a quarter of the cores this process may run
+        on (tritonserver's stubs need the rest), at most 8, shared by the `frontends` of one host
+        (`--replicas`), at least 1. So 1 on a 2-core machine, 4 on 16 cores."""
+        if self.workers:
+            return self.workers
+        cores = cores or len(os.sched_getaffinity(0))
+        return max(1, min(8, cores // 4) // max(1, frontends))
 
     def idle_timeout(self, request_timeout_s: float) -> float:
         """idle_timeout_s, or its default: the engine's request timeout (serving.request_timeout_s) + 30 s,

@@ -82,3 +82,15 @@ def test_an_unreadable_spec_is_a_spec_error(tmp_path):
         load_spec(tmp_path / "missing.yaml")
     with pytest.raises(SpecError, match="cannot read spec"):
         _spec(tmp_path, "name: [unclosed\n")
+
+
+def test_openai_workers_default_is_sized_to_the_machine():
+    from llmserve.spec.openai import OpenAIFrontend
+
+    o = OpenAIFrontend()
+    assert [o.worker_count(cores=c) for c in (1, 2, 4, 8, 16, 64)] == [1, 1, 1, 2, 4, 8]
+    assert o.worker_count(frontends=3, cores=16) == 1  # --replicas 3: the frontends share the cores
+    assert o.worker_count(frontends=2, cores=64) == 4
+    assert OpenAIFrontend(workers=6).worker_count(frontends=3, cores=2) == 6  # set: as set
+    with pytest.raises(ValueError, match="workers"):
+        OpenAIFrontend(workers=0)
