@@ -96,6 +96,8 @@ class Piece:
     tokens: int
     ids: list[int] | None = None
     logprobs: list[float] | None = None
+    top_ids: list[list[int]] | None = None  # per token, its most likely alternatives (when asked)
+    top_logprobs: list[list[float]] | None = None
 
 
 def is_final(resp: service_pb2.ModelInferResponse) -> bool:

@@ -27,7 +27,7 @@ import re
 import secrets
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..logs import request_context
@@ -47,7 +47,7 @@ class Access:
     """What the routes tell the access line about their request."""
 
     request_id: str
-    run: Any = None  # service.Run, once the request reached Triton: tokens, retries, resumes
+    runs: list = field(default_factory=list)  # service.Run of each choice, once sent: tokens, retries, resumes
     error: str | None = None
     hung_up: bool = False  # the client closed the connection before the end (a stream's status stays 200)
 
@@ -129,13 +129,12 @@ class AccessLog:
             "status": status,
             "duration_ms": round(seconds * 1000, 1),
         }
-        run = record.run
-        if run is not None:
-            fields["completion_tokens"] = run.completion_tokens
-            if run.trace.retries:
-                fields["retries"] = run.trace.retries
-            if run.trace.resumes:
-                fields["resumes"] = run.trace.resumes
+        if record.runs:
+            fields["completion_tokens"] = sum(r.completion_tokens for r in record.runs)
+            if retries := sum(r.trace.retries for r in record.runs):
+                fields["retries"] = retries
+            if resumes := sum(r.trace.resumes for r in record.runs):
+                fields["resumes"] = resumes
         if record.error:
             fields["error"] = record.error
         if record.hung_up:

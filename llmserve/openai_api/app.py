@@ -31,10 +31,11 @@ from starlette.exceptions import HTTPException
 
 from .access import AccessLog, access
 from .auth import KeyCheck
+from .completion import Completion
 from .errors import APIError, bad_request
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .responses import CHAT, COMPLETION, DONE, Shape, dumps, sse
-from .service import Run, Service
+from .service import Service
 
 JSON = "application/json"
 log = logging.getLogger(__name__)
@@ -136,21 +137,22 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
             data = json.loads(raw)
         except ValueError as e:
             raise bad_request(None, f"We could not parse the JSON body of your request ({e}).") from None
-        req, prompt = await service.prepare(kind, data)
+        req, prompts, reply = await service.prepare(kind, data)
         chat = kind is ChatCompletionRequest
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         shape = Shape(CHAT if chat else COMPLETION, rid, int(time.time()), req.model)
         record = access(request)
-        # Triton gets the request id (the client's X-Request-Id or ours), not the completion id: one
-        # id to follow through every log.
-        run = record.run = Run(service, req, prompt, record.request_id, arrival)
+        # Triton gets the request id (the client's X-Request-Id or ours; `-c<k>` per choice when there
+        # are several), not the completion id: one id to follow through every log.
+        done = Completion(service, req, prompts, reply, record.request_id, arrival)
+        record.runs = done.runs
         if not req.stream:
             try:
-                text = await until_disconnect(request, run.collect())
+                choices, use = await until_disconnect(request, done.whole())
             except ClientGone:
                 return Response(status_code=499)  # nobody reads it
-            return Response(dumps(shape.whole(text, run.finish_reason, run.usage())), media_type=JSON)
-        gen = run.pieces()
+            return Response(dumps(shape.whole(choices, use)), media_type=JSON)
+        gen = done.events()
         try:
             first = await until_disconnect(request, anext(gen, None))
         except ClientGone:
@@ -160,33 +162,46 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
             await gen.aclose()
             raise
         return StreamingResponse(
-            events(run, shape, req, first, gen, record),
+            events(done, shape, req, first, gen, record),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def events(run: Run, shape: Shape, req, first, gen, record) -> AsyncIterator[bytes]:
+    async def events(done: Completion, shape: Shape, req, first, gen, record) -> AsyncIterator[bytes]:
         with_usage = req.include_usage
         continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
-        chat = shape.kind == CHAT
 
-        def chunk(text, reason=None, first_chunk=False):
-            obj = shape.chunk(text, reason, first=first_chunk, with_usage=with_usage)
+        def send(obj):
             if continuous:
-                obj["usage"] = run.usage()
+                obj["usage"] = done.usage()
             return sse(obj)
 
+        def chunk(k: int, delta, logprobs, reason=None):
+            b = done.builders[k]
+            if done.chat:
+                return send(shape.chat_chunk(b.index, delta, logprobs, reason, with_usage))
+            return send(shape.text_chunk(b.index, delta, logprobs, reason, with_usage))
+
         try:
-            if chat:
-                yield chunk("", first_chunk=True)
-            piece = first
-            while piece is not None:
-                if piece.text:
-                    yield chunk(piece.text)
-                piece = await anext(gen, None)
-            yield chunk(None if chat else "", run.finish_reason)
+            if done.chat:
+                for k, b in enumerate(done.builders):
+                    yield chunk(k, b.first(), None)
+            item = first
+            while item is not None:
+                k, piece = item
+                b = done.builders[k]
+                if piece is not None:
+                    delta, logprobs = b.feed(piece)
+                    if delta or logprobs:
+                        yield chunk(k, delta, logprobs)
+                elif done.chat:
+                    last, reason = b.finish(done.runs[k].finish_reason)
+                    yield chunk(k, last, None, reason)
+                else:
+                    yield chunk(k, b.flush(), None, done.runs[k].finish_reason)
+                item = await anext(gen, None)
             if with_usage:
-                yield sse(shape.usage_chunk(run.usage()))
+                yield sse(shape.usage_chunk(done.usage()))
             yield DONE
         except APIError as e:
             record.error = e.message  # the stream had started (status 200): the access line says it failed

@@ -14,7 +14,8 @@ from jinja2 import TemplateError
 
 from ..text.tokenizer import load_hf_tokenizer
 from .errors import bad_request
-from .protocol import ChatCompletionRequest, CompletionRequest, Message
+from .protocol import ChatCompletionRequest, CompletionRequest
+from .tools import Reply, template_turns
 
 
 @dataclass(frozen=True)
@@ -46,26 +47,30 @@ class PromptBuilder:
         longest = max((len(t.encode("utf-8")) for t in self.tok.get_vocab()), default=1)
         self.max_prompt_bytes = limits.max_input_len * max(1, longest)
 
-    def render_chat(self, messages: list[Message]) -> str:
+    def render_chat(self, req: ChatCompletionRequest, reply: Reply) -> str:
         if not self.has_chat_template:
             raise bad_request("messages", "this model has no chat template; use /v1/completions")
-        # OpenAI's "developer" role is the newer name of "system"; templates know "system".
-        turns = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
+        # OpenAI's "developer" role is the newer name of "system"; templates know "system". Tools,
+        # earlier calls and tool results as tools.py says.
+        turns, tools = template_turns(req, reply, self.tok.chat_template)
         try:
-            return self.tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+            return self.tok.apply_chat_template(turns, tools=tools, tokenize=False, add_generation_prompt=True)
         except TemplateError as e:  # a template may refuse an order of roles (its raise_exception)
             raise bad_request("messages", f"the model's chat template refused these messages: {e}") from None
 
     def count(self, text: str) -> int:
         return len(self.tok(text, add_special_tokens=self.add_special_tokens)["input_ids"])
 
-    def build(self, req: ChatCompletionRequest | CompletionRequest) -> Prompt:
+    def build(self, req: ChatCompletionRequest | CompletionRequest, reply: Reply | None = None) -> list[Prompt]:
+        """One Prompt per prompt of the request (a chat has one; /v1/completions takes a list)."""
         if isinstance(req, ChatCompletionRequest):
-            text, where = self.render_chat(req.messages), "messages"
-        else:
-            text, where = req.prompt_text(), "prompt"
-            if not text.strip():
-                raise bad_request("prompt", "the prompt must not be empty")
+            return [self._build(req, self.render_chat(req, reply or Reply("text")), "messages")]
+        texts = req.prompt_texts()
+        return [self._build(req, t, "prompt" if len(texts) == 1 else f"prompt[{i}]") for i, t in enumerate(texts)]
+
+    def _build(self, req: ChatCompletionRequest | CompletionRequest, text: str, where: str) -> Prompt:
+        if where != "messages" and not text.strip():
+            raise bad_request(where, "the prompt must not be empty")
         if any(w == "" for w in req.stop_words()):
             raise bad_request("stop", "stop sequences must not be empty")
         lim = self.limits

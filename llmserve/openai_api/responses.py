@@ -36,34 +36,28 @@ class Shape:
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def whole(self, text: str, finish_reason: str, use: dict) -> dict:
-        if self.kind == CHAT:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-            }
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return {**self._head(self.kind), "choices": [choice], "usage": use}
+    def whole(self, choices: list[dict], use: dict) -> dict:
+        """choices: chat {index, message, logprobs, finish_reason}; completion {index, text, logprobs,
+        finish_reason}; in index order."""
+        return {**self._head(self.kind), "choices": choices, "usage": use}
 
-    def chunk(
-        self, text: str | None, finish_reason: str | None = None, *, first: bool = False, with_usage: bool = False
+    def chat_chunk(
+        self, index: int, delta: dict, logprobs: list | None, finish_reason: str | None, with_usage: bool
     ) -> dict:
-        """One streamed chunk. Chat: the first carries the role, the last an empty delta and the
-        finish reason. with_usage: `"usage": null` on every chunk, as OpenAI does with include_usage."""
-        if self.kind == CHAT:
-            delta: dict = {}
-            if first:
-                delta["role"] = "assistant"
-            if text is not None:
-                delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            obj = {**self._head("chat.completion.chunk"), "choices": [choice]}
-        else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
-            obj = {**self._head(COMPLETION), "choices": [choice]}
+        """One streamed chat chunk. with_usage: `"usage": null` on every chunk, as OpenAI does with
+        include_usage."""
+        lp = {"content": logprobs, "refusal": None} if logprobs is not None else None
+        choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish_reason}
+        obj = {**self._head("chat.completion.chunk"), "choices": [choice]}
+        if with_usage:
+            obj["usage"] = None
+        return obj
+
+    def text_chunk(
+        self, index: int, text: str, logprobs: dict | None, finish_reason: str | None, with_usage: bool
+    ) -> dict:
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+        obj = {**self._head(COMPLETION), "choices": [choice]}
         if with_usage:
             obj["usage"] = None
         return obj

@@ -18,16 +18,21 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from ..client.aio import EnsembleClient, GenerationError, Piece, Stats
+from ..client.wire import ENSEMBLE_TYPES
 from ..spec.deployment import Serving
 from ..spec.openai import OpenAIFrontend
-from .errors import APIError, from_client_error
+from .errors import APIError, from_client_error, unsupported
 from .metrics import Metrics
 from .prompts import Limits, Prompt, PromptBuilder
 from .protocol import ChatCompletionRequest, CompletionRequest, parse
 from .responses import usage
+from .tokens import TokenText
+from .tools import Guide, Reply, reply_for
 
 log = logging.getLogger(__name__)
 _SPEC = OpenAIFrontend()
+# The ensemble's guided-decoding and top-log-prob inputs (upstream's names).
+GUIDE_TYPE, GUIDE, TOP_LOG_PROBS = "guided_decoding_guide_type", "guided_decoding_guide", "num_top_log_probs"
 
 
 @dataclass(frozen=True)
@@ -49,10 +54,23 @@ class Settings:
 
 
 class Run:
-    """One request's generation: iterate `pieces()` once (or `collect()`)."""
+    """One choice's generation (one engine request): iterate `pieces()` once (or `collect()`).
+    `choice`: its place among the request's generations (seeds differ per choice); `guide`: what the
+    engine enforces (tools.py)."""
 
-    def __init__(self, service: Service, req, prompt: Prompt, request_id: str, arrival: float):
+    def __init__(
+        self,
+        service: Service,
+        req,
+        prompt: Prompt,
+        request_id: str,
+        arrival: float,
+        *,
+        choice: int = 0,
+        guide: Guide | None = None,
+    ):
         self.service, self.req, self.prompt, self.id, self.arrival = service, req, prompt, request_id, arrival
+        self.choice, self.guide = choice, guide
         self.trace = Stats()
         self.first_at: float | None = None
         self.done = False
@@ -74,7 +92,8 @@ class Run:
         outcome: str | None = "abort"  # unless it ends normally or with an error
         last = None
         try:
-            async with aclosing(s.client.generate(s.ensemble_body(self.req, self.prompt), self.id, self.trace)) as gen:
+            body = s.ensemble_body(self.req, self.prompt, choice=self.choice, guide=self.guide)
+            async with aclosing(s.client.generate(body, self.id, self.trace)) as gen:
                 async for p in gen:
                     now = time.monotonic()
                     if p.tokens:
@@ -92,6 +111,8 @@ class Run:
         except (APIError, GenerationError) as e:
             outcome = None
             api = e if isinstance(e, APIError) else from_client_error(e)
+            if api.status == 400 and self.guide is not None and "guided_decoding" in api.message:
+                api.param = self.guide.param  # the engine names its input; the client's field is this
             m.error(api.status)
             if api is e:
                 raise
@@ -146,6 +167,7 @@ class Service:
             max_attempts=settings.max_attempts,
             health_interval_s=settings.health_interval_s,
         )
+        self.token_text = TokenText(self.builder.tok)
         lim = settings.limits
         self.metrics = Metrics(settings.model, lim.max_input_len + lim.max_output_len)
 
@@ -168,15 +190,28 @@ class Service:
         if name != self.settings.model:
             raise APIError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
 
-    async def prepare(self, kind: type, data) -> tuple[ChatCompletionRequest | CompletionRequest, Prompt]:
+    async def prepare(self, kind: type, data) -> tuple[ChatCompletionRequest | CompletionRequest, list[Prompt], Reply]:
         req = parse(kind, data)
         self.check_model(req.model)
+        reply = reply_for(req) if isinstance(req, ChatCompletionRequest) else Reply("text")
+        self.check_engine(req, reply)
         # Templating and tokenizing are CPU work: off the event loop, so streams keep flowing.
-        prompt = await asyncio.to_thread(self.builder.build, req)
-        return req, prompt
+        prompts = await asyncio.to_thread(self.builder.build, req, reply)
+        return req, prompts, reply
 
     @staticmethod
-    def ensemble_body(req: ChatCompletionRequest | CompletionRequest, prompt: Prompt) -> dict:
+    def check_engine(req, reply: Reply) -> None:
+        """Refuse, by the client's field, what the ensemble behind us cannot do."""
+        if reply.guide is not None and GUIDE_TYPE not in ENSEMBLE_TYPES:
+            raise unsupported(reply.guide.param.split(".")[0].split("[")[0], "this engine has no guided decoding")
+        if req.top_k_logprobs and TOP_LOG_PROBS not in ENSEMBLE_TYPES:
+            name = "top_logprobs" if isinstance(req, ChatCompletionRequest) else "logprobs"
+            raise unsupported(name, "this engine returns only the chosen token's log-probability (use 0)")
+
+    @staticmethod
+    def ensemble_body(
+        req: ChatCompletionRequest | CompletionRequest, prompt: Prompt, *, choice: int = 0, guide: Guide | None = None
+    ) -> dict:
         body = {
             "text_input": prompt.text,
             "max_tokens": prompt.max_tokens,
@@ -204,4 +239,11 @@ class Service:
         # OpenAI's top_p defaults to 1 (sample from the whole distribution). The ensemble follows
         # TensorRT-LLM, where an absent top_p is 0 and temperature alone is greedy: say it explicitly.
         body.setdefault("top_p", 1.0)
+        if choice and "seed" in body:
+            # The choices of one seeded request differ from each other and are each reproducible.
+            body["seed"] = (body["seed"] + choice) % 2**64
+        if guide is not None:
+            body[GUIDE_TYPE], body[GUIDE] = guide.type, guide.text
+        if req.top_k_logprobs:
+            body[TOP_LOG_PROBS] = req.top_k_logprobs
         return body

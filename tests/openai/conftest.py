@@ -87,3 +87,28 @@ def stack(tmp_path_factory):
         frontend.stop()
         for s in servers:
             s.stop()
+
+
+def one_server_stack(work):
+    """One tritonserver and a frontend in front of it (lighter than `stack`, for tests that need no
+    failover), as a generator for a module fixture."""
+    spec = load_spec(DEFAULT)
+    http, grpc, metrics, port = free_ports(4)
+    server = TritonProcess(
+        ROOT / "model_repository",
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        exit_timeout_s=5,
+        admin_key=ADMIN_KEY,
+        log_path=work / "triton.log",
+    )
+    frontend = FrontendProcess(DEFAULT, port=port, triton=[f"127.0.0.1:{grpc}"], log_path=work / "frontend.log")
+    try:
+        server.start()
+        server.wait_ready(600)
+        frontend.start().wait_ready(120)
+        yield Stack([server], frontend, str(spec.checkpoint_path()))
+    finally:
+        frontend.stop()
+        server.stop()

@@ -141,9 +141,9 @@ def test_usage_is_what_the_engine_counted(stack):
 def test_errors_in_openai_format(stack):
     c = stack.client()
     cases = [
-        (dict(n=2), "n"),
-        (dict(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-        (dict(response_format={"type": "json_object"}), "response_format"),
+        (dict(n=0), "n"),
+        (dict(tools=[{"type": "function", "function": {"name": "f b"}}]), "tools[0].function.name"),
+        (dict(response_format={"type": "yaml"}), "response_format"),
         (dict(logit_bias={"1": 5}), "logit_bias"),
         (dict(max_tokens=100000), "max_tokens"),
         (dict(temperature=5), "temperature"),

@@ -78,10 +78,24 @@ def test_raw_sse_ends_with_done_and_utf8(fe, fake):
 @pytest.mark.parametrize(
     "body,param",
     [
-        ({"n": 2}, "n"),
-        ({"tools": [{"type": "function"}]}, "tools"),
-        ({"logprobs": True}, "logprobs"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"n": 0}, "n"),
+        ({"n": 17}, "n"),
+        ({"n": "2"}, "n"),
+        ({"tools": [{"type": "function"}]}, "tools[0].function"),
+        ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools[0].function.name"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice",
+        ),
+        ({"logprobs": 1}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"response_format": {"type": "xml"}}, "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
         ({"logit_bias": {"5": 1}}, "logit_bias"),
         ({"foo": 1}, "foo"),
         ({"max_tokens": "5"}, "max_tokens"),
@@ -91,7 +105,9 @@ def test_raw_sse_ends_with_done_and_utf8(fe, fake):
         ({"seed": -1}, "seed"),
         ({"stop": [""]}, "stop"),
         ({"messages": []}, "messages"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
+        ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]}, "messages[0].tool_call_id"),
         ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
@@ -135,9 +151,13 @@ def test_defaults_are_accepted(fe, fake):
 def test_completions_prompt_forms(fe, fake):
     ok = requests.post(fe.url + "/v1/completions", json={"model": "test-model", "prompt": ["one"]}, timeout=30)
     assert ok.status_code == 200 and fake.requests[-1]["text_input"] == "one"
-    for prompt, code in ((["a", "b"], 400), ([1, 2, 3], 400), ("", 400)):
+    body = {"model": "test-model", "prompt": ["a", "b"], "n": 2}
+    two = requests.post(fe.url + "/v1/completions", json=body, timeout=30).json()
+    assert [c["index"] for c in two["choices"]] == [0, 1, 2, 3]
+    assert sorted(r["text_input"] for r in fake.requests[-4:]) == ["a", "a", "b", "b"]
+    for prompt, param in (([], "prompt"), ([1, 2, 3], "prompt"), ("", "prompt"), (["a", ""], "prompt[1]")):
         r = requests.post(fe.url + "/v1/completions", json={"model": "test-model", "prompt": prompt}, timeout=30)
-        assert r.status_code == code and r.json()["error"]["param"] == "prompt", r.text
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
 def test_malformed_json_unknown_model_and_path(fe, fake):
