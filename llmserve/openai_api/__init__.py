@@ -5,7 +5,11 @@ Triton servers: FastAPI + uvicorn, gRPC streaming to the ensemble with failover 
     access.py    the request id (X-Request-Id in and out, sent on to Triton) and one access line per request
     protocol.py  request models: what is honoured, what is refused (400 naming the field)
     prompts.py   chat template, exact prompt token count, token budget
-    service.py   one completion: ensemble inputs, usage, finish reason, metrics; gRPC to the ensemble
+    tools.py     response_format and tools: the engine's guide, tools in the template, tool calls out
+    completion.py  a request's choices (n, best_of, prompt lists): parallel engine requests, merged
+    choices.py   one choice's deltas (text or tool calls, log probs, finish reason) and their merge
+    tokens.py    token ids -> OpenAI's token text and bytes
+    service.py   one engine request: ensemble inputs, usage, finish reason, metrics; gRPC to the ensemble
                  across servers through llmserve/client/aio.py (health, retry, resume, cancellation)
     metrics.py   Prometheus (vLLM's names under llmserve_api_)
     errors.py    errors in OpenAI's format, and the answer for each failure of the ensemble client
