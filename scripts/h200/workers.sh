@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Issue 17 goal 4: the OpenAI API with one worker process vs several, next to the ensemble of both layouts,
+# with the engine out of the picture (the null model, LLMSERVE_NULL_STEP_MS), 128 tokens in and out.
+# Prepared HERE by scripts/h200/ceiling-prepare.sh (build/h17, carried); ON the GPU machine, one device call:
+#   bash build/h17/after/scripts/h200/workers.sh
+# Points (each one tools/bench.py run wrapped by scripts/h200/hops.py, at CONC = 64,128,256), in this order
+# (the ones that matter most first, should the call run out of time):
+#   torch layout: ensemble, then the OpenAI API as
+#     w1   one process (--workers 1)
+#     wN   --workers N for N in WORKERS (uvicorn's supervisor, one shared socket)
+#     rpN  N single-worker frontends with --reuse-port (the kernel spreads connections)
+#   tensorrtllm layout (relay + stand-in): ensemble; the null engine in-process.
+# The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
+# one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
+set -uo pipefail
+H=${H:-build/h17}
+OUT=${OUT:-$H/out}
+ROOT=$PWD
+W=/tmp/h17w
+mkdir -p "$OUT" $W
+exec > >(tee -a "$OUT/workers.log") 2>&1
+export PYTHONUNBUFFERED=1 LLMSERVE_USE_PYTRITON=1
+export LLMSERVE_ADMIN_KEY=${LLMSERVE_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
+STEP=${NULL_STEP_MS:-1}
+CONC=${CONC:-64,128,256}
+WORKERS=${WORKERS:-4,8}
+REUSE=${REUSE:-4}
+CLIENTS=${CLIENTS:-2}
+DUR=${DUR:-3}
+CKPT=build/checkpoints/bench-1b
+stamp() { echo "[$(date +%T)] $*"; }
+
+stamp "setup"
+mkdir -p /tmp/site && tar -xJf $H/pytriton-trim.tar.xz -C /tmp/site &&
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $H/whl/*.whl || exit 1
+(cd $H/after && bash scripts/h200/stub_venv.sh python3 $ROOT/$H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stub-after) || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c 'import sys, torch, uvicorn, prometheus_client as p; print(sys.version.split()[0], torch.__version__, "uvicorn", uvicorn.__version__)'
+nproc; date -u
+python3 - $H/tokenizer $CKPT <<'PY' || exit 1
+import shutil, sys
+from pathlib import Path
+from transformers import AutoTokenizer, LlamaConfig
+tok_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+out.mkdir(parents=True, exist_ok=True)
+tok = AutoTokenizer.from_pretrained(tok_dir)
+LlamaConfig(vocab_size=len(tok), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+            num_key_value_heads=8, max_position_embeddings=4096, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, architectures=["LlamaForCausalLM"]).save_pretrained(out)
+for f in tok_dir.iterdir():
+    shutil.copy2(f, out / f.name)
+PY
+
+export PYTHONPATH=/tmp/site:$ROOT/$H/after
+BENCH0="python3 $H/after/tools/bench.py --spec $H/after/scripts/h200/bench-1b.yaml --checkpoint $CKPT --input-len 128
+  --output-len 128 --no-progress --request-timeout 60"
+BENCH="$BENCH0 --duration $DUR"
+HOPS="python3 $H/after/scripts/h200/hops.py --metrics localhost:18002 --output-len 128"
+
+up() {  # up REPO TAG
+  stamp "tritonserver: $2"
+  (cd $H/after && env LLMSERVE_NULL_STEP_MS=$STEP /tmp/stub-after/bin/python3 scripts/h200/triton_up.py \
+    $ROOT/$H/after/repos/$1 18000 18001 18002 $W/triton-$2.log) || { tail -n 40 $W/triton-$2.log; return 1; }
+  TPID=$(cat $W/triton-$2.log.pid)
+}
+down() {
+  kill $TPID 2>/dev/null; for _ in $(seq 20); do kill -0 $TPID 2>/dev/null || break; sleep 0.5; done
+  kill -9 $TPID 2>/dev/null
+  for _ in $(seq 40); do (echo > /dev/tcp/127.0.0.1/18001) 2>/dev/null || break; sleep 0.5; done; sleep 1
+}
+point() {  # point TAG TARGET CONC: one bench process
+  local tag=$1 target=$2 c=$3
+  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ensemble --label "$tag $target c=$c" \
+    --bench-out $W/b-$tag-$target-$c --out $W/p-$tag-$target-$c.json -- \
+    $BENCH --url localhost:18001 --targets $target --concurrency $c --out $W/b-$tag-$target-$c > $W/log-$tag-$target-$c 2>&1
+  grep HOPS $W/log-$tag-$target-$c || tail -n 5 $W/log-$tag-$target-$c
+}
+openai_point() {  # openai_point TAG C FRONTEND_PID: CLIENTS bench processes of C/CLIENTS streams each
+  local tag=$1 c=$2 fpid=$3 each=$(( $2 / CLIENTS ))
+  local cmd="for i in \$(seq $CLIENTS); do $BENCH --openai-url localhost:19000 --targets openai --concurrency $each"
+  cmd="$cmd --out $W/b-$tag-$c-\$i > $W/log-$tag-$c-\$i 2>&1 & done; wait"
+  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ensemble --label "$tag openai c=$c" --pid frontend=$fpid \
+    --out $W/p-$tag-openai-$c.json -- bash -c "$cmd" > $W/log-$tag-$c 2>&1
+  python3 - $W $tag $c $CLIENTS <<'PY'
+import json, sys
+from pathlib import Path
+w, tag, c, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+runs = [json.loads((w / f"b-{tag}-{c}-{i}" / "results.json").read_text())["runs"][0]["summary"]
+        for i in range(1, n + 1) if (w / f"b-{tag}-{c}-{i}" / "results.json").exists()]
+p = json.loads((w / f"p-{tag}-openai-{c}.json").read_text())
+p["bench"] = [{"target": "openai", "load": int(c), "clients": len(runs),
+               "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
+               "ttft_p50_ms": max((r["ttft_ms"]["p50"] for r in runs), default=None),
+               "errors": sum(r["errors"] for r in runs)}]
+(w / f"p-{tag}-openai-{c}.json").write_text(json.dumps(p, indent=1))
+fe = p["cpu"].get("frontend", {})
+print(f"HOPS {p['label']}: bench {p['bench'][0]['tok_s']} tok/s ({len(runs)} clients) ttft50 {p['bench'][0]['ttft_p50_ms']}"
+      f" err {p['bench'][0]['errors']}; server {p['server_tok_per_s']} tok/s; frontend {fe.get('cores')} cores"
+      f" ({fe.get('us_per_token')} us/tok)")
+PY
+}
+openai_variant() {  # openai_variant TAG ARGS...: frontend(s) started by one shell, swept over CONC, stopped
+  local tag=$1; shift
+  stamp "OpenAI API: $tag ($*)"
+  setsid bash -c 'cd $0 && exec "$@"' $H/after "$@" > $W/openai-$tag.log 2>&1 &
+  local fpid=$!  # its own process group: one signal reaches every frontend and worker
+  for _ in $(seq 120); do curl -sf localhost:19000/health > /dev/null && break; sleep 0.5; done
+  sleep 2  # every worker up (the first healthy answer is one worker's)
+  for c in ${CONC//,/ }; do openai_point $tag $c $fpid; done
+  kill -TERM -- -$fpid; for _ in $(seq 30); do kill -0 -- -$fpid 2>/dev/null || break; sleep 0.5; done
+  kill -0 -- -$fpid 2>/dev/null && echo "LEFT: processes of $tag after 15 s" && kill -9 -- -$fpid; wait $fpid 2>/dev/null
+  for _ in $(seq 20); do (echo > /dev/tcp/127.0.0.1/19000) 2>/dev/null || break; sleep 0.5; done
+  ls /tmp/llmserve-openai-19000-metrics 2>/dev/null && echo "LEFT: metric files of $tag"
+}
+FRONTEND="python3 -m llmserve.openai_api --spec scripts/h200/bench-1b.yaml --port 19000 --triton localhost:18001"
+
+if up model_repository torch; then
+  for c in ${CONC//,/ }; do point torch ensemble $c; done
+  openai_variant w1 $FRONTEND --workers 1
+  for n in ${WORKERS//,/ }; do openai_variant w$n $FRONTEND --workers $n; done
+  for n in ${REUSE//,/ }; do
+    openai_variant rp$n bash -c "for i in \$(seq $n); do $FRONTEND --workers 1 --reuse-port & done; wait"
+  done
+  down
+fi
+if up model_repository-trtllm trtllm; then
+  for c in ${CONC//,/ }; do point trtllm ensemble $c; done
+  down
+fi
+
+stamp "null engine in-process, step $STEP ms"
+LLMSERVE_NULL_STEP_MS=$STEP timeout 120 $BENCH --targets engine --engine-device cpu --engine-max-slots 256 \
+  --engine-max-seq-len 512 --concurrency $CONC --out $W/b-null-engine > $W/log-null-engine 2>&1
+tail -n 6 $W/log-null-engine
+
+stamp "pack"
+dmesg 2>/dev/null | grep -i segfault | tail -5
+tar -czf $OUT/points.tgz -C $W --exclude='*.png' .
+python3 - $W <<'PY' | tee $OUT/summary.md
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+if (d / "b-null-engine/results.json").exists():
+    for r in json.loads((d / "b-null-engine/results.json").read_text())["runs"]:
+        s = r["summary"]
+        print(f"null engine in-process c={r['load']}: {s['output_tokens_per_s']:,.0f} tok/s, TTFT p50 {s['ttft_ms']['p50']} ms\n")
+print("| point | bench tok/s | TTFT p50 ms | errors | server tok/s | cores (us CPU per token) |")
+print("|---|---|---|---|---|---|")
+for f in sorted(d.glob("p-*.json"), key=lambda f: f.stat().st_mtime):
+    p = json.loads(f.read_text())
+    b = (p.get("bench") or [{}])[0]
+    cores = ", ".join(f"{k} {v['cores']:.2f} ({v['us_per_token']})" for k, v in p["cpu"].items() if v["cores"] > 0.02)
+    print(f"| {p['label']} | {b.get('tok_s')} | {b.get('ttft_p50_ms')} | {b.get('errors')} | {p['server_tok_per_s']} | {cores} |")
+PY
+stamp "done"
