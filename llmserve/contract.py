@@ -42,6 +42,14 @@ GUIDED_INPUTS = [Tensor("guided_decoding_guide_type", "STRING", (1,)), Tensor("g
 GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar", "structural_tag")
 MAX_GUIDE_CHARS = 65536  # a longer schema or grammar is refused before it is parsed
 
+# Ours, an input of the ensemble and of tensorrt_llm: how stop words match. "tokens" (absent: the
+# default) is upstream's way, each word's ids (tokenized alone) matched against the end of the generated
+# token sequence, the word's tokens kept in the output; "text" matches each word on the generated text
+# (a word inside a longer word stops too, and the stop word is cut from the output), which the OpenAI
+# frontend selects for OpenAI's `stop` semantics (request/reader.stop_words_match reads it).
+STOP_WORDS_MATCH = "stop_words_match"
+STOP_MATCH_TOKENS, STOP_MATCH_TEXT = "tokens", "text"
+
 # --- ensemble (what clients send and receive) --------------------------------------------------
 ENSEMBLE_INPUTS: list[Tensor] = [
     # Required, but declared optional: Triton 2.51's generate endpoint answers a request missing a
@@ -55,6 +63,7 @@ ENSEMBLE_INPUTS: list[Tensor] = [
     *_scalars("FP32", *SAMPLING_FP32),
     Tensor("seed", "UINT64", (1,)),
     *GUIDED_INPUTS,
+    Tensor(STOP_WORDS_MATCH, "STRING", (1,)),  # ours: see STOP_WORDS_MATCH
 ]
 ENSEMBLE_OUTPUTS: list[Tensor] = [
     Tensor("text_output", "STRING", (-1,)),
@@ -97,6 +106,7 @@ ENGINE_INPUTS: list[Tensor] = [
     # every ensemble request can be cancelled; the engine echoes it (an output of the same name) to
     # postprocessing, whose step sees the cancel (pipeline/cancellation.py).
     Tensor(REQUEST_KEY, "STRING", (1,)),
+    Tensor(STOP_WORDS_MATCH, "STRING", (1,)),  # ours: how stop_words_list matches (see STOP_WORDS_MATCH)
 ]
 # Upstream's cancel-by-id request to the token-level model: `stop` true plus placeholders for the inputs
 # every request must carry (ignored: a stop generates nothing). Sent by postprocessing and the relay over
@@ -121,8 +131,9 @@ CONTEXT_TOKENS = 8
 
 # --- tensorrtllm layout: the relay (tensorrt_llm) in front of the C++ backend model ------------
 RELAY_INPUTS: list[Tensor] = ENGINE_INPUTS
-# decoder_input_ids is declared, never forwarded (the relay checks it); request_key is ours, not the backend's.
-BACKEND_INPUTS: list[Tensor] = [t for t in ENGINE_INPUTS if t.name != REQUEST_KEY]
+# decoder_input_ids is declared, never forwarded (the relay checks it); request_key and stop_words_match are
+# ours, not the backend's.
+BACKEND_INPUTS: list[Tensor] = [t for t in ENGINE_INPUTS if t.name not in (REQUEST_KEY, STOP_WORDS_MATCH)]
 BACKEND_OUTPUTS: list[Tensor] = [t for t in ENGINE_OUTPUTS if t.name not in ("output_context_ids", REQUEST_KEY)]
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------

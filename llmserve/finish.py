@@ -8,7 +8,7 @@ from enum import Enum
 
 class FinishReason(str, Enum):
     STOP = "stop"  # the end token (it is not part of the output)
-    STOP_WORD = "stop_word"  # a stop word appeared (the output ends before it)
+    STOP_WORD = "stop_word"  # a stop word appeared (on text: the output ends before it; as tokens: with it)
     LENGTH = "length"  # max_tokens reached
     CANCELLED = "cancelled"  # the client went away or cancelled
     TIMEOUT = "timeout"  # serving.request_timeout_s passed

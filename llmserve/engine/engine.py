@@ -32,7 +32,7 @@ import torch
 from ..errors import EngineBusy, EngineUnavailable
 from ..finish import FinishReason
 from ..logs import Throttle
-from ..text.stop_words import StopMatcher
+from ..text.stop_words import StopMatcher, ends_with_any
 from .llama import LlamaModel
 from .sampling import sample
 from .sequence import EngineStats, Sequence
@@ -308,6 +308,9 @@ class Engine:
                 seq.logprobs.append(lp)
                 if seq.stop is not None and (keep := seq.stop.push(tok)) is not None:
                     seq.keep, seq.finish_reason = keep, FinishReason.STOP_WORD
+                elif p.stop_sequences and ends_with_any(seq.generated, p.stop_sequences):
+                    # TensorRT-LLM's stop criterion: the word's tokens stay in the output.
+                    seq.finish_reason = FinishReason.STOP_WORD
                 elif len(seq.generated) >= p.max_new_tokens:
                     seq.finish_reason = FinishReason.LENGTH
             if seq.finish_reason:

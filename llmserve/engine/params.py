@@ -19,7 +19,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     min_tokens: int = 0
     seed: int | None = None
-    stop_words: list[str] = field(default_factory=list)
+    stop_words: list[str] = field(default_factory=list)  # matched on the text (text/stop_words.py)
+    stop_sequences: list[list[int]] = field(default_factory=list)  # matched as token sequences (upstream's way)
     bad_words: list[list[int]] = field(default_factory=list)
     # guided decoding: the xgrammar CompiledGrammar the output must match (engine/guided.py), or None
     grammar: object | None = None

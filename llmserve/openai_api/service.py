@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..client.aio import EnsembleClient, GenerationError, Piece, Stats
 from ..client.wire import ENSEMBLE_TYPES
+from ..contract import STOP_MATCH_TEXT, STOP_WORDS_MATCH
 from ..spec.deployment import Serving
 from ..spec.openai import OpenAIFrontend
 from .errors import APIError, from_client_error, unsupported
@@ -221,7 +222,10 @@ class Service:
             "return_log_probs": True,
         }
         if prompt.stop:
+            # OpenAI's `stop` is a string the text must not contain: matched on the text, cut from the
+            # answer (the ensemble's default is TensorRT-LLM's token sequences).
             body["stop_words"] = prompt.stop
+            body[STOP_WORDS_MATCH] = STOP_MATCH_TEXT
         if prompt.min_tokens:
             body["min_tokens"] = prompt.min_tokens
         for name in (

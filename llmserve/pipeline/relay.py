@@ -9,9 +9,10 @@ torch engine's token-level contract:
 
 - `output_context_ids` with each chunk (the last CONTEXT_TOKENS tokens before it), so postprocessing
   detokenizes every chunk exactly, stateless, the same way for both engines;
-- stop words matched on text (StopMatcher), not on isolated tokens: text that may grow into a stop word
-  is held back; on a match the stop word's tokens are dropped and the backend request is stopped
-  (`stop` input, same request id);
+- stop words as token sequences (the default, upstream's way) are the backend's own: stop_words_list is
+  forwarded. Matched on text (stop_words_match "text", the OpenAI frontend's choice), the relay does it
+  (StopMatcher): text that may grow into a stop word is held back; on a match the stop word's tokens
+  are dropped and the backend request is stopped (`stop` input, same request id);
 - a non-streaming request is streamed from the backend too (so stop words end it early) and answered
   once; the prompt comes first unless exclude_input_in_output;
 - log probs passed through when the backend sends them (return_log_probs), never invented.
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import REQUEST_KEY, ErrorKind
+from ..contract import REQUEST_KEY, STOP_WORDS_MATCH, ErrorKind
 from ..errors import RequestError, triton_error
 from ..logs import request_context
 from ..request.token_request import EngineRequest, parse_engine_request
@@ -42,11 +43,12 @@ from .triton_glue import error_response, reader, tensors
 
 log = logging.getLogger(__name__)
 
-# Inputs the relay does not forward: it always streams from the backend, matches stop words itself
-# and applies exclude_input_in_output itself; decoder_input_ids is checked (request/token_request.py) and
-# means "no decoder input" for the decoder-only models served here; our request_key is not the backend's
-# (the relay keys its backend requests itself).
-NOT_FORWARDED = ("streaming", "stop_words_list", "exclude_input_in_output", "stop", "decoder_input_ids", REQUEST_KEY)
+# Inputs the relay does not forward: it always streams from the backend and applies
+# exclude_input_in_output itself; decoder_input_ids is checked (request/token_request.py) and means "no
+# decoder input" for the decoder-only models served here; our request_key and stop_words_match are not
+# the backend's (the relay keys its backend requests itself). stop_words_list goes to the backend only
+# when its words match as token sequences (the relay matches text stop words itself).
+NOT_FORWARDED = ("streaming", "exclude_input_in_output", "stop", "decoder_input_ids", REQUEST_KEY, STOP_WORDS_MATCH)
 BACKEND_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
 
 
@@ -186,7 +188,8 @@ class Relay:
         # Only the outputs the client asked for: an unrequested tensor handed to a decoupled sender
         # kills a Python 3.12 stub (triton_glue.tensors).
         wanted = set(request.requested_output_names())
-        inputs = [t for t in request.inputs() if t.name() not in NOT_FORWARDED]
+        skip = NOT_FORWARDED if req.params.stop_sequences else (*NOT_FORWARDED, "stop_words_list")
+        inputs = [t for t in request.inputs() if t.name() not in skip]
         inputs.append(pb.Tensor("streaming", np.array([[True]], dtype=np.bool_)))
         stream = RelayStream(req, self.tok, self.opts.skip_special_tokens)
         # The client went away: only seen when the relay is the top-level request (a direct gRPC client

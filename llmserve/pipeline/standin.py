@@ -31,6 +31,7 @@ from ..engine.sampling import SamplingParams, trtllm_top_k_top_p
 from ..engine.sequence import Sequence
 from ..finish import FinishReason
 from ..request.word_lists import from_word_list
+from ..text.stop_words import ends_with_any
 from ..trtllm import upstream as U
 from .cancellation import CancelRegistry
 from .engine_service import EngineService, Send
@@ -226,10 +227,6 @@ def parse_request(
     )
 
 
-def ends_with_stop_word(generated: list[int], stop_words: list[list[int]]) -> bool:
-    return any(len(generated) >= len(w) and generated[-len(w) :] == w for w in stop_words)
-
-
 class StandinStream:
     """One request's responses, as the C++ backend sends them: one per new token when streaming (the
     last carries FINAL, or an empty final follows when the stream ends without a new token), else one
@@ -268,7 +265,7 @@ class StandinStream:
                 self.tokens.append(tok)
                 self.logprobs.append(lp)
                 self.cum += lp
-                hit = ends_with_stop_word(self.tokens, self.req.stop_words)
+                hit = ends_with_any(self.tokens, self.req.stop_words)
                 if self.req.streaming:
                     out = token_outputs([tok], [lp] if want else None, self.cum)
                     if hit or (finished and i == len(tokens) - 1):

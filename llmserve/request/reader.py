@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..contract import STOP_MATCH_TEXT, STOP_MATCH_TOKENS, STOP_WORDS_MATCH
 from ..errors import RequestError
 from .word_lists import MAX_TOTAL_CHARS, MAX_WORD_CHARS, MAX_WORDS
 
@@ -65,6 +66,14 @@ def words(read: Reader, name: str) -> list[str]:
     if sum(map(len, values)) > MAX_TOTAL_CHARS:
         raise RequestError(name, f"at most {MAX_TOTAL_CHARS} characters in all")
     return values
+
+
+def stop_words_match(read: Reader) -> str:
+    """How stop words match (contract.STOP_WORDS_MATCH): "tokens" (upstream's, the default) or "text"."""
+    mode = one(read, STOP_WORDS_MATCH, str, STOP_MATCH_TOKENS)
+    modes = (STOP_MATCH_TOKENS, STOP_MATCH_TEXT)
+    check(STOP_WORDS_MATCH, mode in modes, f"must be one of {', '.join(map(repr, modes))}, got {mode!r}")
+    return mode
 
 
 def check(name: str, ok: bool, problem: str) -> None:

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..contract import STOP_MATCH_TEXT
 from ..engine.params import SamplingParams
 from ..errors import RequestError
 from .guided import GUIDE, Guide, read_guide
-from .reader import Reader, check, one
+from .reader import Reader, check, one, stop_words_match
 from .sampling import ENGINE_NAMES, read_sampling
 from .word_lists import MAX_TOTAL_CHARS, from_word_list
 
@@ -88,7 +89,10 @@ def parse_engine_request(
     for name, lists in (("stop_words_list", stop_ids), ("bad_words_list", bad_words)):
         for w in lists:
             check(name, all(0 <= t < vocab_size for t in w), f"token ids must lie in [0, {vocab_size})")
-    stop_words = [decode_word(w) for w in stop_ids]
+    # Upstream's way by default: each word's ids against the end of the generated tokens. As text
+    # (stop_words_match "text"): each word's ids decoded and matched on the generated text.
+    as_text = stop_words_match(read) == STOP_MATCH_TEXT
+    stop_words = [decode_word(w) for w in stop_ids] if as_text else []
     check(
         "stop_words_list",
         sum(map(len, stop_words)) <= MAX_TOTAL_CHARS,
@@ -98,6 +102,7 @@ def parse_engine_request(
         max_new_tokens=max_tokens,
         end_ids=(end_id,) if end_id is not None else default_end_ids,
         stop_words=[w for w in stop_words if w],
+        stop_sequences=[] if as_text else stop_ids,
         bad_words=bad_words,
         **sampling,
     )

@@ -46,7 +46,13 @@ ENSEMBLE_INPUTS: list[Upstream] = [
     Upstream("max_tokens", "INT32", SAME),
     Upstream("num_return_sequences", "INT32", REFUSED, "one sequence per request"),
     Upstream("bad_words", "STRING", SAME),
-    Upstream("stop_words", "STRING", DIFFERENT, "matched on the text, not as token sequences"),
+    Upstream(
+        "stop_words",
+        "STRING",
+        SAME,
+        "each word tokenized alone, matched as a token sequence, its tokens kept in the output; "
+        'stop_words_match "text" matches on the text instead',
+    ),
     Upstream(
         "exclude_input_in_output",
         "BOOL",

@@ -1,4 +1,10 @@
-"""Stop words matched on text, not tokens: a stop word tokenized alone ("\\n\\nUser") is rarely the
+"""Stop words, matched two ways.
+
+As token sequences (`ends_with_any`), TensorRT-LLM's way and the default (contract.STOP_WORDS_MATCH):
+generation ends when the generated tokens end with one word's ids (each word tokenized alone by
+preprocessing), and the word's tokens stay in the output.
+
+On text (`StopMatcher`), the explicit option and the OpenAI API's semantics: a stop word tokenized alone ("\\n\\nUser") is rarely the
 same token sequence the model generates in context. Tokens are decoded incrementally (DecodeStream),
 each token's end offset in the text is kept, and the matcher tells
 
@@ -18,6 +24,11 @@ from bisect import bisect_right
 
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
+
+
+def ends_with_any(generated: list[int], sequences: list[list[int]]) -> bool:
+    """Whether the generated tokens end with one of the sequences (a few short words: a plain scan)."""
+    return any(len(generated) >= len(w) and generated[-len(w) :] == w for w in sequences)
 
 
 class StopAutomaton:

@@ -13,6 +13,7 @@ from llmserve.pipeline.options import RelayOptions
 from llmserve.pipeline.postprocess import postprocess
 from llmserve.pipeline.relay import Relay, RelayStream
 from llmserve.request.token_request import EngineRequest
+from llmserve.request.word_lists import to_word_list
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast
 
@@ -271,3 +272,20 @@ def test_unary_execution_answers_each_request_once():
     responses = relay_for(pb, decoupled=False).execute([generation("a"), include_prompt])
     assert outputs_of(responses[0])["output_ids"].reshape(-1).tolist() == GENERATED
     assert outputs_of(responses[1])["output_ids"].reshape(-1).tolist() == [1, 2, 3] + GENERATED
+
+
+def test_token_stop_words_are_the_backends_and_text_ones_the_relays():
+    """stop_words_match "tokens" (absent): stop_words_list goes to the backend, which matches it as
+    TensorRT-LLM does. "text": the relay matches on the text and the backend never sees the list.
+    stop_words_match itself is ours and never reaches the backend."""
+    words = to_word_list([[42, 43]])[None]
+    for match, forwarded in ((None, True), ("tokens", True), ("text", False)):
+        pb = FakePb({"backend": Backend()})
+        extra = {"stop_words_list": words}
+        if match:
+            extra["stop_words_match"] = np.array([[match.encode()]], dtype=object)
+        request = generation(**extra)
+        relay_for(pb).serve(request, request.sender)
+        call = pb.calls[0]  # (on a text match the relay then sends the backend a stop)
+        assert (call.input("stop_words_list") is not None) == forwarded, match
+        assert call.input("stop_words_match") is None

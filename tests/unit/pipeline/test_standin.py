@@ -13,6 +13,7 @@ from llmserve.pipeline import standin as S
 from llmserve.pipeline.cancellation import CancelRegistry
 from llmserve.pipeline.stream_output import token_outputs
 from llmserve.repository.writer import repository
+from llmserve.text.stop_words import ends_with_any
 from llmserve.trtllm import upstream as U
 
 from ..trtllm.test_config import make_spec, params
@@ -107,8 +108,8 @@ def test_request_defaults_and_clamping():
 
 def test_stop_words_are_token_sequences():
     words = [[4, 5], [9]]
-    assert S.ends_with_stop_word([1, 4, 5], words) and S.ends_with_stop_word([9], words)
-    assert not S.ends_with_stop_word([4, 1, 5], words)
+    assert ends_with_any([1, 4, 5], words) and ends_with_any([9], words)
+    assert not ends_with_any([4, 1, 5], words)
 
 
 def test_log_probs_only_when_asked():

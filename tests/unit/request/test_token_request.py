@@ -145,9 +145,21 @@ def test_sampling_errors_use_the_token_level_names():
     assert field == "min_tokens" and "max_tokens=4" in message
 
 
-def test_stop_words_are_decoded_and_empty_ones_dropped():
-    r = parse(stop_words_list=to_word_list([[11, 12], [0], [13]])[None])  # [1, 2, L], as the ensemble sends it
-    assert r.params.stop_words == ["1112", "13"]
+def test_stop_words_are_token_sequences_by_default():
+    """Upstream's way: each word's ids, matched against the end of the generated tokens."""
+    words = to_word_list([[11, 12], [13]])[None]  # [1, 2, L], as the ensemble sends it
+    for r in (parse(stop_words_list=words), parse(stop_words_list=words, stop_words_match="tokens")):
+        assert r.params.stop_sequences == [[11, 12], [13]] and r.params.stop_words == []
+
+
+def test_stop_words_as_text_are_decoded_and_empty_ones_dropped():
+    r = parse(stop_words_list=to_word_list([[11, 12], [0], [13]])[None], stop_words_match="text")
+    assert r.params.stop_words == ["1112", "13"] and r.params.stop_sequences == []
+
+
+def test_stop_words_match_must_be_tokens_or_text():
+    field, message = error(stop_words_match="substring")
+    assert field == "stop_words_match" and "'tokens', 'text'" in message and "'substring'" in message
 
 
 def test_bad_words_stay_token_ids():
@@ -168,8 +180,8 @@ def test_stop_words_decoded_length_is_capped():
     per_word = 64  # tokens of 2 characters each: 128 characters a word
     n = MAX_TOTAL_CHARS // (2 * per_word)
     ok = to_word_list([[7] * per_word] * n)
-    assert sum(map(len, parse(stop_words_list=ok).params.stop_words)) == MAX_TOTAL_CHARS
-    field, message = error(stop_words_list=to_word_list([[7] * per_word] * n + [[7]]))
+    assert sum(map(len, parse(stop_words_list=ok, stop_words_match="text").params.stop_words)) == MAX_TOTAL_CHARS
+    field, message = error(stop_words_list=to_word_list([[7] * per_word] * n + [[7]]), stop_words_match="text")
     assert field == "stop_words_list" and f"more than {MAX_TOTAL_CHARS} characters" in message
 
 

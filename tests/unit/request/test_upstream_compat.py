@@ -19,13 +19,14 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "upstream-compatibility.md"
 
 # tensorrt_llm inputs we declare but whose meaning differs, and why (the rest: declared = same).
 TRTLLM_DIFFERENT = {
-    "stop_words_list": "each word's ids are decoded and matched on the generated text (torch engine; in "
-    "the tensorrtllm layout the relay does it in front of the backend)",
     "decoder_input_ids": "one pad token (what upstream's preprocessing gives a decoder-only model) means none; "
     "longer is refused (no encoder-decoder models)",
     "input_lengths": "required to be at most the number of input_ids; one sequence per request (batch > 1 refused)",
 }
 TRTLLM_NOTES = {
+    "stop_words_list": "each word's ids matched against the end of the generated tokens, kept in the output; "
+    'with stop_words_match "text" decoded and matched on the generated text (in the tensorrtllm layout the '
+    "relay does that in front of the backend)",
     "runtime_top_k": "top_k == 0 and top_p == 0 (both absent) is greedy, as TensorRT-LLM's sampling layers",
     "stop": "cancels the requests with the same request id; they end with a normal final response, the stop "
     "request gets an empty OK response (also on tensorrt_llm_unary)",
