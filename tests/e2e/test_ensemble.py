@@ -79,13 +79,16 @@ def test_max_tokens_is_exact(layout_server):
         assert tokens == n
 
 
-def test_stop_words_end_generation_and_never_appear(layout_server):
+def test_text_stop_words_end_generation_and_never_appear(layout_server):
+    """stop_words_match "text" (the OpenAI frontend's choice; the default is upstream's token sequences,
+    tests/e2e/test_upstream_clients.py): any substring of the text stops, and is cut from the output."""
     body = {"text_input": "Write anything.", "max_tokens": 64, "min_tokens": 64}
     full = generate(layout_server, body).json()["text_output"]
     # Pick a stop string from the middle of the greedy output: generation must end right before it.
     stop = full[len(full) // 2 : len(full) // 2 + 3]
     assert len(stop.strip()) > 0
-    cut = generate(layout_server, {"text_input": "Write anything.", "max_tokens": 64, "stop_words": [stop]})
+    as_text = {"stop_words": [stop], "stop_words_match": "text"}
+    cut = generate(layout_server, {"text_input": "Write anything.", "max_tokens": 64, **as_text})
     text = cut.json()["text_output"]
     assert stop not in text
     assert full.startswith(text)
@@ -94,9 +97,7 @@ def test_stop_words_end_generation_and_never_appear(layout_server):
     assert len(cut.json()["output_log_probs"]) < 64
     streamed = "".join(
         e["text_output"]
-        for e in generate_stream(
-            layout_server, {"text_input": "Write anything.", "max_tokens": 64, "stop_words": [stop]}
-        )
+        for e in generate_stream(layout_server, {"text_input": "Write anything.", "max_tokens": 64, **as_text})
     )
     assert streamed == text
 

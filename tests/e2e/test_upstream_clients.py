@@ -22,7 +22,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from .client import generate
+from llmserve.spec import ROOT
+from llmserve.text.tokenizer import load_fast
+
+from .client import generate, generate_stream
 
 pytestmark = pytest.mark.e2e
 
@@ -379,3 +382,53 @@ def test_end_to_end_test_functionality(layout_server):
         )
         ensemble_output = result.as_numpy("text_output")
         assert output0 == ensemble_output
+
+
+# --- stop words as upstream matches them ---------------------------------------------------------------
+
+
+def _stop_word_at(ids: list[int], tok) -> int:
+    """A position k whose token, decoded and tokenized alone, is that token again and appears nowhere
+    before k: a stop word that must end the output exactly at ids[: k + 1]."""
+    for k in range(2, len(ids)):
+        word = tok.decode([ids[k]])
+        if word.strip() and tok.encode(word, add_special_tokens=False).ids == [ids[k]] and ids[k] not in ids[:k]:
+            return k
+    pytest.fail(f"no token of {ids} round-trips alone")
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["unary", "streaming"])
+def test_stop_words_match_token_sequences_and_stay_in_the_output(layout_server, streaming):
+    """Upstream's preprocessing tokenizes each stop word alone and TensorRT-LLM ends the generation when
+    its tokens end with one word's ids, keeping them in the output (the default here; the word inside
+    a longer token does not stop). stop_words_match "text" cuts at the text instead."""
+    tok = load_fast(ROOT / "build/checkpoints/tiny-random-llama")
+    # Seeded sampling: varied tokens (the tiny model's greedy answer repeats one), the same ones each time.
+    body = {
+        "text_input": "Write anything.",
+        "max_tokens": 32,
+        "min_tokens": 32,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "seed": 7,
+    }
+    full = generate(layout_server, body).json()
+    ids = full["output_token_ids"]
+    k = _stop_word_at(ids, tok)
+    word = tok.decode([ids[k]])
+    stopped = {**body, "stop_words": [word]}
+    if streaming:
+        events = generate_stream(layout_server, stopped)
+        text = "".join(e["text_output"] for e in events)
+        # Triton's JSON writes a one-element tensor as a number.
+        got = [t for e in events for t in np.atleast_1d(e["output_token_ids"]).tolist()]
+    else:
+        r = generate(layout_server, stopped)
+        assert r.status_code == 200, r.text
+        text, got = r.json()["text_output"], r.json()["output_token_ids"]
+    assert got == ids[: k + 1], (word, ids, got)
+    assert text.endswith(word) and full["text_output"].startswith(text)
+    as_text = generate(layout_server, {**stopped, "stop_words_match": "text"}).json()["text_output"]
+    assert word not in as_text and full["text_output"].startswith(as_text)
+    bad = generate(layout_server, {**stopped, "stop_words_match": "substring"})
+    assert bad.status_code == 400 and "stop_words_match" in bad.json()["error"], bad.text
