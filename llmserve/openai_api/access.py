@@ -7,8 +7,8 @@ returned in the response's `X-Request-Id` header, set as the logging context of 
 request runs (llmserve.logs), and sent to Triton as the gRPC request id, with `-<attempt>` appended
 (`req-...-1`, `-2` for a retry or resume on another server), so tritonserver's lines of that request
 carry it too. The Triton id must be unique while the request runs (a `stop` request cancels by id):
-an id that another request of this worker process (workers.py) is still using gets a random suffix (`<id>.<6 hex>`),
-which the response header then returns.
+an id that another request of this frontend is still using, in any of its worker processes
+(InflightIds), gets a random suffix (`<id>.<6 hex>`), which the response header then returns.
 
 Access line: one per request when it is over (for a stream: when its last byte went out), at INFO
 (WARNING for a 5xx), on the logger `llmserve.openai_api.access`:
@@ -21,8 +21,11 @@ polled every second by load balancers and Prometheus, log at DEBUG. A client tha
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
+import os
 import re
 import secrets
 import time
@@ -40,6 +43,7 @@ HEADER = "x-request-id"
 _VALID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 _QUIET = ("/health", "/metrics")
 KEY = "llmserve.access"  # the request's Access record in the ASGI scope
+IDS_ENV = "LLMSERVE_OPENAI_INFLIGHT_DIR"  # set by workers.py: the folder the workers share for InflightIds
 
 
 @dataclass
@@ -62,25 +66,62 @@ def mint() -> str:
     return f"req-{uuid.uuid4().hex}"
 
 
+class InflightIds:
+    """The request ids in flight in this frontend. One process: a set. Several workers (workers.py
+    passes a shared folder): a file per id, created with O_EXCL, so two workers cannot both take an id
+    (a client may send the same X-Request-Id twice, on two connections that two workers accept). A
+    worker that dies leaves its files: a later request with one of those ids gets a suffix."""
+
+    def __init__(self, folder: str | None = None):
+        self.folder = folder
+        self.ids: set[str] = set()
+
+    def _path(self, rid: str) -> str:
+        return os.path.join(self.folder, hashlib.sha256(rid.encode()).hexdigest()[:40])
+
+    def claim(self, rid: str) -> bool:
+        """Take rid; False if another request has it."""
+        if rid in self.ids:
+            return False
+        if self.folder:
+            try:
+                os.close(os.open(self._path(rid), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except OSError as e:
+                if e.errno == errno.EEXIST:
+                    return False
+                raise
+        self.ids.add(rid)
+        return True
+
+    def release(self, rid: str) -> None:
+        if rid in self.ids:
+            self.ids.discard(rid)
+            if self.folder:
+                try:
+                    os.unlink(self._path(rid))
+                except FileNotFoundError:
+                    pass
+
+
 class AccessLog:
     """Pure ASGI middleware (not BaseHTTPMiddleware: that buffers streaming responses)."""
 
     def __init__(self, app):
         self.app = app
-        self.inflight: set[str] = set()
+        self.inflight = InflightIds(os.environ.get(IDS_ENV))
 
     def _request_id(self, scope) -> str:
+        """The request's id, taken in self.inflight (released when the request is over)."""
         given = next((v for k, v in scope.get("headers", ()) if k == HEADER.encode()), b"").decode("latin-1")
-        rid = given if _VALID.fullmatch(given) else mint()
-        if rid in self.inflight:
-            rid = f"{rid}.{secrets.token_hex(3)}"
+        rid = base = given if _VALID.fullmatch(given) else mint()
+        while not self.inflight.claim(rid):
+            rid = f"{base}.{secrets.token_hex(3)}"
         return rid
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         rid = self._request_id(scope)
-        self.inflight.add(rid)
         record = scope[KEY] = Access(rid)
         status = [0]
         started = time.monotonic()
@@ -106,7 +147,7 @@ class AccessLog:
                 )
                 await send_with_id({"type": "http.response.body", "body": dumps(err.body())})
             finally:
-                self.inflight.discard(rid)
+                self.inflight.release(rid)
                 self._line(scope, record, status[0] or 499, time.monotonic() - started)
 
     @staticmethod

@@ -15,7 +15,8 @@ folder (PROMETHEUS_MULTIPROC_DIR when set, else a folder per port under the temp
 worker that ever ran (a dead worker's counts stay), the running-requests gauge over the living ones
 (a dead worker's is dropped when the supervisor replaces it). The folder's files are cleared at
 start and removed at exit, so a frontend killed with SIGKILL leaves its files to the next start on
-that port.
+that port. In-flight request ids are shared the same way (access.py, InflightIds: a file per id in
+that folder's `inflight/`), so an X-Request-Id in use in one worker gets a suffix in another.
 
 The workers are spawned (fresh interpreters), so each rebuilds its app from the arguments the
 supervisor leaves in LLMSERVE_OPENAI_WORKER (worker_app) and configures its own logging."""
@@ -37,6 +38,7 @@ from uvicorn.supervisors.multiprocess import Multiprocess
 
 from ..logs import configure_from_args
 from ..spec import load_spec
+from .access import IDS_ENV
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ def metrics_dir(port: int) -> Path:
 def _clear(folder: Path) -> None:
     for f in folder.glob("*.db"):
         f.unlink(missing_ok=True)
+    shutil.rmtree(folder / "inflight", ignore_errors=True)
 
 
 def worker_app():
@@ -92,8 +95,10 @@ def run(worker_args: dict, workers: int, **uvicorn_options) -> int:
     folder = metrics_dir(uvicorn_options["port"])
     owned = METRICS_ENV not in os.environ
     folder.mkdir(parents=True, exist_ok=True)
-    _clear(folder)  # a killed predecessor's counts are not ours
+    _clear(folder)  # a killed predecessor's counts and ids are not ours
+    (folder / "inflight").mkdir()
     os.environ[METRICS_ENV] = str(folder)
+    os.environ[IDS_ENV] = str(folder / "inflight")
     os.environ[ARGS_ENV] = json.dumps(worker_args)
     config = uvicorn.Config(f"{__name__}:worker_app", factory=True, workers=workers, **uvicorn_options)
     sock = config.bind_socket()

@@ -90,6 +90,8 @@ def test_workers_serve_and_metrics_add_up(frontend, emit):
     # One access line per request, each with its own request id, whichever worker served it.
     ids = re.findall(r"\[(req-[0-9a-f]{32})\] POST /v1/completions 200 ", frontend.log.read_text())
     assert len(ids) == len(set(ids)) >= n
+    # The workers share the ids in flight (a file each, access.InflightIds): all released now.
+    assert (metrics_dir(port) / "inflight").is_dir() and not list((metrics_dir(port) / "inflight").iterdir())
     # Whichever worker answers /metrics, it reports every worker's counts.
     for _ in range(WORKERS * 2):
         assert metric(port, "llmserve_api_request_success_total") - requests0 == n

@@ -406,3 +406,21 @@ def test_the_relay_logs_one_verbose_line_per_request_with_its_id(caplog):
     (line,) = [r for r in caplog.records if r.getMessage().startswith("finished:")]
     assert line.levelno == logging.DEBUG and line.getMessage().startswith(f"finished: 3 prompt + {len(GENERATED)}")
     assert line.request_id == "req-relay-1-1"
+
+
+def test_inflight_ids_are_unique_across_workers(tmp_path):
+    """Two worker processes (openai_api/workers.py) share the folder: an id one of them holds is taken."""
+    from llmserve.openai_api.access import InflightIds
+
+    a, b = InflightIds(str(tmp_path)), InflightIds(str(tmp_path))
+    assert a.claim("dup") and not b.claim("dup") and not a.claim("dup")
+    assert b.claim("dup.1a2b3c") and b.claim("a/b:c")  # any valid id, '/' included
+    a.release("dup")
+    assert b.claim("dup") and not a.claim("dup")
+    for rid in ("dup", "dup.1a2b3c", "a/b:c"):
+        b.release(rid)
+    assert not list(tmp_path.iterdir())
+    one = InflightIds()  # a single process: a set
+    assert one.claim("x") and not one.claim("x")
+    one.release("x")
+    assert one.claim("x")
