@@ -87,6 +87,10 @@ def stop_request(request_id: str, model: str = ENGINE) -> service_pb2.ModelInfer
     return _request(model, request_id, STOP_INPUTS, _ENGINE_TYPES)
 
 
+TOP_IDS, TOP_LOG_PROBS = "top_token_ids", "top_log_probs"
+"""The ensemble's alternatives per token (when the request asks for them: num_top_log_probs)."""
+
+
 @dataclass
 class Piece:
     """One streamed response: its text and how many tokens produced it (with their ids and
@@ -121,12 +125,18 @@ def read_piece(resp: service_pb2.ModelInferResponse) -> Piece | None:
         parts.append(buf[i + 4 : i + 4 + n])
         i += 4 + n
     lp, ids = raw.get("output_log_probs"), raw.get("output_token_ids")
-    return Piece(
+    piece = Piece(
         b"".join(parts).decode("utf-8"),
         len(lp) // 4 if lp is not None else 1,
         np.frombuffer(ids, dtype="<i4").tolist() if ids is not None else None,
         np.frombuffer(lp, dtype="<f4").tolist() if lp is not None else None,
     )
+    if TOP_IDS in raw and TOP_LOG_PROBS in raw:  # [.., tokens, k]: k alternatives per token
+        k = next(o.shape[-1] for o in resp.outputs if o.name == TOP_IDS)
+        if k:
+            piece.top_ids = np.frombuffer(raw[TOP_IDS], dtype="<i4").reshape(-1, k).tolist()
+            piece.top_logprobs = np.frombuffer(raw[TOP_LOG_PROBS], dtype="<f4").reshape(-1, k).tolist()
+    return piece
 
 
 def result_piece(result) -> Piece | None:

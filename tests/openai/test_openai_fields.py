@@ -9,6 +9,8 @@ import math
 
 import pytest
 
+from llmserve.openai_api.tokens import TokenText
+
 from .conftest import MODEL, one_server_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smollm2]
@@ -149,3 +151,44 @@ def test_completion_refusals_name_the_field(stack, body, param):
     )
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.text
+
+
+TOLERANCE = 2e-3  # absolute, on log-probabilities (fp32 on CPU both; different kernels and batch shapes)
+
+
+@pytest.fixture(scope="module")
+def reference(stack):
+    """transformers' greedy continuation of a raw prompt, fp32 on CPU: [(token id, its log-prob,
+    the 5 most likely (id, log-prob) at that step)]."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    from llmserve.text.tokenizer import load_hf_tokenizer
+
+    tok = load_hf_tokenizer(stack.tokenizer_dir)
+    model = AutoModelForCausalLM.from_pretrained(stack.tokenizer_dir, torch_dtype=torch.float32).eval()
+    ids = tok(REF_PROMPT, add_special_tokens=False)["input_ids"]
+    steps = []
+    with torch.no_grad():
+        for _ in range(REF_TOKENS):
+            lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
+            top = torch.topk(lp, 5)
+            nxt = int(top.indices[0])
+            steps.append((nxt, float(lp[nxt]), list(zip(top.indices.tolist(), top.values.tolist()))))
+            ids.append(nxt)
+    return tok, steps
+
+
+REF_PROMPT = "The three primary colors are"
+REF_TOKENS = 12
+
+
+def test_logprobs_agree_with_transformers(stack, reference):
+    tok, steps = reference
+    c = stack.client()
+    r = c.completions.create(model=MODEL, prompt=REF_PROMPT, max_tokens=REF_TOKENS, logprobs=0, **GREEDY)
+    lp = r.choices[0].logprobs
+    text = TokenText(tok).text_of
+    assert lp.tokens == [text(i) for i, _, _ in steps][: len(lp.tokens)] and len(lp.tokens) >= 4, lp.tokens
+    for (_, ref, _), mine in zip(steps, lp.token_logprobs):
+        assert abs(ref - mine) <= TOLERANCE, (ref, mine)
