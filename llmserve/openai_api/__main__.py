@@ -54,7 +54,7 @@ def _main(argv=None) -> int:
         configure_from_args(args, spec)
         endpoints = args.triton.split(",") if args.triton else [f"localhost:{spec.serving.grpc_port}"]
         settings = settings_from_spec(spec, endpoints)
-        workers = args.workers or spec.openai.worker_count()
+        workers = args.workers or (1 if args.reuse_port else spec.openai.worker_count())
         if workers < 1 or (args.reuse_port and workers > 1):
             raise ValueError(f"--workers must be >= 1 (1 with --reuse-port), got {workers}")
         service = Service(settings) if workers == 1 else None  # each worker builds its own

@@ -65,11 +65,27 @@ def worker_app():
     from .config import settings_from_spec
     from .service import Service
 
+    _end_with_parent()
     a = json.loads(os.environ[ARGS_ENV])
     spec = load_spec(a["spec"])
     configure_from_args(argparse.Namespace(log_level=a["log_level"], log_format=a["log_format"]), spec)
     settings = settings_from_spec(spec, a["endpoints"])
     return create_app(Service(settings), KeyCheck(settings.api_keys))
+
+
+def _end_with_parent() -> None:
+    """SIGTERM this worker when the supervisor dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG): no
+    orphan keeps serving the port. (Started by serve.sh or the cluster, the supervisor's process group
+    is also reaped: deploy/reaper.py.)"""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the process group is the only guard
+        return
+    if os.getppid() == 1:  # the supervisor died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Supervisor(Multiprocess):

@@ -128,3 +128,33 @@ def test_sigterm_leaves_nothing(frontend, emit):
     assert rc == 0 and not left, left
     assert not folder.exists(), "the metric files were left behind"
     assert port_free(port)
+
+
+def test_a_killed_supervisor_takes_its_workers_and_the_next_start_clears_its_files(tiny_server, tmp_path, emit):
+    """SIGKILL of the supervisor alone (not its process group): its workers end with it (PR_SET_PDEATHSIG),
+    and the metric files it leaves are cleared by the next frontend on that port."""
+    port = free_ports(1)[0]
+    f = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=tmp_path / "a.log", workers=2)
+    f.start().wait_ready(300)
+    try:
+        t0 = time.monotonic()
+        while len(worker_pids(f)) < 2:
+            assert time.monotonic() - t0 < 120
+            time.sleep(0.2)
+        complete(port)
+        children = tree(f.proc.pid) - {f.proc.pid}  # the workers and multiprocessing's resource tracker
+        assert worker_pids(f) <= children
+        os.kill(f.proc.pid, signal.SIGKILL)
+        left, waited = wait_gone(children, 60)
+        emit(f"SIGKILL of the supervisor: its {len(children)} children gone after {waited:.1f} s, {len(left)} left")
+        assert not left, left
+        assert list(metrics_dir(port).glob("*.db")), "the killed frontend's files should still be there"
+    finally:
+        f.stop()
+    g = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=tmp_path / "b.log", workers=2)
+    g.start().wait_ready(300)
+    try:
+        assert metric(port, "llmserve_api_request_success_total") == 0  # not the killed frontend's count
+    finally:
+        g.stop()
+    assert not metrics_dir(port).exists()
