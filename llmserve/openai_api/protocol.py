@@ -2,21 +2,22 @@
 
 What we honour: `model`, `messages` / `prompt` (a string or a list of strings), `max_tokens` /
 `max_completion_tokens`, `stop` (string or list), `temperature`, `top_p`, `seed`,
-`presence_penalty`, `frequency_penalty`, `stream`, `stream_options.include_usage`, `user` (accepted;
-it names the end user for the caller's records), `n` (up to MAX_N), `best_of` and `echo`
-(completions), `logprobs` (chat: bool, completions: 0-5) and `top_logprobs` (chat, 0-20) when the
-engine returns alternatives, `response_format` (text, json_object, json_schema) and `tools` /
-`tool_choice` / `parallel_tool_calls` when the engine has guided decoding (tools.py), `tool`
+`presence_penalty`, `frequency_penalty`, `stream`, `stream_options.include_usage`, `user` and
+`safety_identifier` (accepted; they name the end user for the caller's records), `n` (up to MAX_N),
+`best_of` and `echo` (completions), `logprobs` (chat: bool, completions: 0-5) and `top_logprobs`
+(chat, 0-20; above 0 when the engine returns alternatives), `response_format` (text, json_object,
+json_schema) and `tools` / `tool_choice` / `parallel_tool_calls` (guided decoding, tools.py), `tool`
 messages and assistant `tool_calls` in the history, and vLLM's extensions that the engine
 implements (`top_k`, `min_tokens`, `repetition_penalty`, `ignore_eos`; the `openai` SDK sends them
 with `extra_body`).
 
 What we refuse (400 naming the field, never silently ignored): OpenAI fields we cannot honour
-(`logit_bias`, `suffix`, the deprecated `functions` / `function_call`, `echo` with `logprobs`,
-audio, ...), fields OpenAI does not have ("Unrecognized request argument supplied"), values of the
-wrong type or range, and fields that are wrong together (top_logprobs without logprobs, best_of < n,
-a tool_choice naming no tool, ...). A field sent with its default value (`logit_bias: {}`,
-`store: false`, ...) asks for nothing we do not do and is accepted."""
+(CHAT_UNSUPPORTED, COMPLETION_UNSUPPORTED, MESSAGE_UNSUPPORTED: `logit_bias`, `suffix`, the
+deprecated `functions` / `function_call`, audio, prompt caching, ...), `echo` with `logprobs`,
+fields OpenAI does not have ("Unrecognized request argument supplied"), values of the wrong type or
+range, and fields that are wrong together (top_logprobs without logprobs, best_of < n, a tool_choice
+naming no tool, ...). A field sent with its default value (`logit_bias: {}`, `store: false`, ...)
+asks for nothing we do not do and is accepted."""
 
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ CHAT_UNSUPPORTED = {
     "reasoning_effort": lambda v: v is None,
     "web_search_options": lambda v: v is None,
     "verbosity": lambda v: v is None,
+    "prompt_cache_key": lambda v: v is None,
+    "prompt_cache_retention": lambda v: v is None,
+    "prompt_cache_options": lambda v: v is None,
+    "moderation": lambda v: v is None,
 }
 COMPLETION_UNSUPPORTED = {
     **_COMMON_UNSUPPORTED,
@@ -70,6 +75,10 @@ WHY = {
     "function_call": "the deprecated function calling; send `tools` and `tool_choice`",
     "logit_bias": "the engine has no logit bias",
     "suffix": "no insertion (fill-in-the-middle)",
+    "prompt_cache_key": "no prompt caching to route by",
+    "prompt_cache_retention": "no prompt caching",
+    "prompt_cache_options": "no prompt caching",
+    "moderation": "no moderation",
 }
 MAX_N = 16  # choices per request (each is an engine request); OpenAI allows 128
 MAX_PROMPTS = 64  # prompts in one /v1/completions request
@@ -213,6 +222,11 @@ class ChatCompletionRequest(Sampling):
     reasoning_effort: Any | None = None
     web_search_options: Any | None = None
     verbosity: Any | None = None
+    prompt_cache_key: Any | None = None
+    prompt_cache_retention: Any | None = None
+    prompt_cache_options: Any | None = None
+    moderation: Any | None = None
+    safety_identifier: str | None = None  # accepted, as `user`: it names the end user for the caller's records
 
     def requested_max_tokens(self) -> tuple[int | None, str]:
         if self.max_completion_tokens is not None:
