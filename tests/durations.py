@@ -10,7 +10,7 @@ The profile is LLMSERVE_TEST_PROFILE; unset, it is `ci` when the CI environment 
 runners do) and `full` otherwise. An entry's own environment variable, when set, overrides both
 (`LLMSERVE_SOAK_S=600 pytest tests/reliability/test_soak_short.py`). The ci profile also fuzzes a fixed
 set of cases (`fuzz_derandomize`). The long versions are the tools themselves: `python tools/soak.py`
-(30 minutes), `python tools/chaos.py --minutes 20`."""
+(30 minutes), `python tools/chaos.py --minutes 30`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,13 @@
 """Mixed load against the load balancer for the HA tests and the chaos soak (bench/chaos.py): plain
-clients (no retries of their own, so what they see is what HAProxy gives) and failover clients
-(llmserve/client/failover.py)."""
+clients (no retries of their own, so what they see is what HAProxy gives), failover clients
+(llmserve/client/failover.py), OpenAI streams through the cluster's OpenAI frontends (when it has
+them), and clients that hang up mid-stream (HTTP generate_stream closed, gRPC stream cancelled, OpenAI
+SSE closed).
+
+Per client kind: ok, failed (an error a client could not have retried), retryable (an error before
+the first token that a client may retry elsewhere: a refused or reset connection, HTTP 429/5xx, gRPC
+UNAVAILABLE ...; the rules are client/retry.py's), cut (a stream broken after its first token),
+resumed and retried (failover clients). A hang-up client's planned hang-up is its `ok`."""
 
 from __future__ import annotations
 
@@ -13,7 +20,9 @@ from dataclasses import dataclass, field
 
 import requests
 
+from ..client import wire
 from ..client.failover import FailoverClient, GenerationError, Stats
+from ..client.retry import grpc_error, http_error, in_band_error
 
 logger = logging.getLogger(__name__)
 PROMPT = "Tell me a story about a lighthouse keeper."
@@ -23,20 +32,35 @@ PROMPT = "Tell me a story about a lighthouse keeper."
 class Counts:
     ok: int = 0
     failed: int = 0
+    retryable: int = 0
     cut: int = 0
     resumed: int = 0
     retried: int = 0
     errors: Counter = field(default_factory=Counter)
 
+    def fail(self, why: str, retryable: bool) -> None:
+        """A request that failed before its first token."""
+        if retryable:
+            self.retryable += 1
+        else:
+            self.failed += 1
+        self.errors[("retryable: " if retryable else "") + why[:80]] += 1
+
     def as_dict(self):
         return {
             "ok": self.ok,
             "failed": self.failed,
+            "retryable": self.retryable,
             "cut": self.cut,
             "resumed": self.resumed,
             "retried": self.retried,
             "errors": dict(self.errors.most_common(3)),
         }
+
+
+def _retryable(e: requests.RequestException) -> bool:
+    """A connection refused or reset before an answer: safe to send elsewhere (a read timeout is not)."""
+    return isinstance(e, requests.ConnectionError) and not isinstance(e, requests.ReadTimeout)
 
 
 def plain_generate(http: str, max_tokens: int, c: Counts) -> None:
@@ -49,11 +73,11 @@ def plain_generate(http: str, max_tokens: int, c: Counts) -> None:
         if r.status_code == 200 and "text_output" in r.json():
             c.ok += 1
         else:
-            c.failed += 1
-            c.errors[f"{r.status_code} {r.text[:80]}"] += 1
+            c.fail(
+                f"{r.status_code} {r.text[:80]}", r.status_code != 200 and http_error(r.status_code, r.text).retryable
+            )
     except requests.RequestException as e:
-        c.failed += 1
-        c.errors[type(e).__name__] += 1
+        c.fail(type(e).__name__, isinstance(e, requests.ConnectionError))
 
 
 def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
@@ -67,8 +91,7 @@ def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
             json={"text_input": PROMPT, "max_tokens": max_tokens, "stream": True},
         ) as r:
             if r.status_code != 200:
-                c.failed += 1
-                c.errors[f"{r.status_code} {r.text[:80]}"] += 1
+                c.fail(f"{r.status_code} {r.text[:80]}", http_error(r.status_code, r.text).retryable)
                 return
             for line in r.iter_lines(chunk_size=None):
                 if line.startswith(b"data:"):
@@ -86,9 +109,150 @@ def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
     except (requests.RequestException, ConnectionError, ValueError) as e:
         if tokens:
             c.cut += 1
+            c.errors[type(e).__name__] += 1
         else:
-            c.failed += 1
-        c.errors[type(e).__name__] += 1
+            in_band = type(e) is ConnectionError  # an error event before the first token
+            c.fail(f"{type(e).__name__}: {e}", in_band_error(str(e)).retryable if in_band else _retryable(e))
+
+
+def openai_stream(client, model: str, max_tokens: int, c: Counts, hang_up_after: int | None = None) -> None:
+    """An OpenAI completions stream through HAProxy's `openai` frontend (the `openai` SDK, no retries
+    of its own). With hang_up_after: close the stream after that many chunks (the SDK closes the
+    HTTP response: an SSE hang-up)."""
+    import openai
+
+    chunks, usage = 0, None
+    try:
+        stream = client.completions.create(
+            model=model,
+            prompt=PROMPT,
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+        try:
+            for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                if chunk.choices and chunk.choices[0].text:
+                    chunks += 1
+                    if hang_up_after is not None and chunks >= hang_up_after:
+                        break
+        finally:
+            stream.close()
+        if hang_up_after is not None:
+            if chunks >= hang_up_after:
+                c.ok += 1
+            else:
+                c.cut += 1
+                c.errors[f"ended after {chunks} chunks, before the hang-up"] += 1
+        elif usage is not None and usage.completion_tokens == max_tokens:
+            c.ok += 1
+        else:
+            c.cut += 1
+            c.errors[f"short stream: usage {usage and usage.completion_tokens}/{max_tokens}"] += 1
+    except openai.APIStatusError as e:
+        if chunks:
+            c.cut += 1
+            c.errors[f"{e.status_code} after {chunks} chunks"] += 1
+        else:
+            c.fail(f"{e.status_code} {str(e)[:60]}", http_error(e.status_code, str(e)).retryable)
+    except openai.APIError as e:  # connection errors, an error event in the stream
+        if chunks:
+            c.cut += 1
+            c.errors[f"{type(e).__name__} after {chunks} chunks"] += 1
+        else:
+            c.fail(f"{type(e).__name__}: {str(e)[:60]}", isinstance(e, openai.APIConnectionError))
+
+
+def hangup_http(http: str, max_tokens: int, after: int, c: Counts) -> None:
+    """A generate_stream client that closes the connection after `after` tokens."""
+    tokens = 0
+    try:
+        with requests.post(
+            f"http://{http}/v2/models/ensemble/generate_stream",
+            stream=True,
+            timeout=60,
+            json={"text_input": PROMPT, "max_tokens": max_tokens, "stream": True},
+        ) as r:
+            if r.status_code != 200:
+                c.fail(f"{r.status_code} {r.text[:80]}", http_error(r.status_code, r.text).retryable)
+                return
+            for line in r.iter_lines(chunk_size=None):
+                if line.startswith(b"data:"):
+                    event = json.loads(line[5:])
+                    if "error" in event:
+                        raise ConnectionError(event["error"])
+                    tokens += 1
+                    if tokens >= after:
+                        break  # leaving the `with` closes the connection mid-stream
+        if tokens >= after:
+            c.ok += 1
+        else:
+            c.cut += 1
+            c.errors[f"ended after {tokens} events, before the hang-up"] += 1
+    except (requests.RequestException, ConnectionError, ValueError) as e:
+        if tokens:
+            c.cut += 1
+            c.errors[type(e).__name__] += 1
+        else:
+            in_band = type(e) is ConnectionError
+            c.fail(f"{type(e).__name__}: {e}", in_band_error(str(e)).retryable if in_band else _retryable(e))
+
+
+def hangup_grpc(grpc: str, max_tokens: int, after: int, c: Counts) -> None:
+    """A gRPC ModelStreamInfer client (tritonclient, no request id) that cancels its stream after
+    `after` responses: stop_stream(cancel_requests=True)."""
+    import queue
+
+    import tritonclient.grpc as g
+    from tritonclient.utils import InferenceServerException
+
+    q: queue.Queue = queue.Queue()
+    client = g.InferenceServerClient(grpc)
+    got = 0
+    try:
+        client.start_stream(callback=lambda result, error: q.put((result, error)), stream_timeout=60)
+        client.async_stream_infer(
+            "ensemble",
+            wire.infer_inputs({"text_input": PROMPT, "max_tokens": max_tokens, "stream": True}, g),
+            enable_empty_final_response=True,
+        )
+        while got < after:
+            result, error = q.get(timeout=60)
+            if error is not None:
+                status = error.status() if hasattr(error, "status") else None
+                err = grpc_error(str(status), str(error)) if status else in_band_error(str(error))
+                if got:
+                    c.cut += 1
+                    c.errors[str(err)[:80]] += 1
+                else:
+                    c.fail(str(err), err.retryable)
+                return
+            if wire.result_piece(result) is not None:
+                got += 1
+            if wire.is_final(result.get_response()):
+                break
+        if got >= after:
+            c.ok += 1
+        else:
+            c.cut += 1
+            c.errors[f"ended after {got} responses, before the hang-up"] += 1
+    except queue.Empty:
+        if got:
+            c.cut += 1
+            c.errors["no response for 60 s"] += 1
+        else:
+            c.fail("no response for 60 s", False)
+    except InferenceServerException as e:
+        c.fail(str(e), grpc_error(str(e.status()), str(e)).retryable)
+    finally:
+        try:
+            client.stop_stream(cancel_requests=True)
+        except Exception:  # noqa: BLE001 - the channel may be dead already
+            pass
+        client.close()
 
 
 def failover_stream(client: FailoverClient, max_tokens: int, c: Counts) -> None:
@@ -123,10 +287,23 @@ def failover_generate(client: FailoverClient, max_tokens: int, c: Counts) -> Non
 
 
 class MixedLoad:
-    """8 concurrent clients until the `with` block ends: 3 plain non-streaming, 2 plain streams,
-    2 failover streams (HTTP and gRPC), 1 failover non-streaming (gRPC)."""
+    """Concurrent clients until the `with` block ends: 3 plain non-streaming, 2 plain streams, 2
+    failover streams (HTTP and gRPC), 1 failover non-streaming (gRPC); with `openai` (the base URL of
+    the cluster's OpenAI frontend, e.g. http://localhost:9000/v1) 2 OpenAI streams; with `hang_ups`
+    one client of each hang-up kind (HTTP, gRPC, OpenAI when there is `openai`)."""
 
-    def __init__(self, http: str, grpc: str, *, stream_tokens: int = 24, unary_tokens: int = 8):
+    def __init__(
+        self,
+        http: str,
+        grpc: str,
+        *,
+        stream_tokens: int = 24,
+        unary_tokens: int = 8,
+        openai: str | None = None,
+        openai_model: str | None = None,
+        hang_ups: bool = False,
+        hang_up_after: int = 4,
+    ):
         self.stop_event = threading.Event()
         fo_http = FailoverClient([http], protocol="http", backoff_s=0.2, idle_timeout_s=20)
         fo_grpc = FailoverClient([grpc], protocol="grpc", backoff_s=0.2, idle_timeout_s=20)
@@ -137,6 +314,23 @@ class MixedLoad:
             ("failover_stream", lambda c: failover_stream(fo_grpc, stream_tokens, c)),
             ("failover_unary", lambda c: failover_generate(fo_grpc, unary_tokens, c)),
         ]
+        if openai:
+            import openai as sdk
+
+            for name in ("httpx", "httpx2", "openai"):  # a line per request at INFO would drown the log
+                logging.getLogger(name).setLevel(logging.WARNING)
+            oa = sdk.OpenAI(base_url=openai, api_key="chaos", max_retries=0, timeout=120)
+            self.jobs += [("openai_stream", lambda c: openai_stream(oa, openai_model, stream_tokens, c))] * 2
+        if hang_ups:
+            long = 4 * stream_tokens  # hung up well before its end
+            self.jobs += [
+                ("hangup_http", lambda c: hangup_http(http, long, hang_up_after, c)),
+                ("hangup_grpc", lambda c: hangup_grpc(grpc, long, hang_up_after, c)),
+            ]
+            if openai:
+                self.jobs.append(
+                    ("hangup_openai", lambda c: openai_stream(oa, openai_model, long, c, hang_up_after=hang_up_after))
+                )
         self.per_thread = [Counts() for _ in self.jobs]
         self.threads = [
             threading.Thread(target=self._loop, args=(job, c), daemon=True)
@@ -166,6 +360,7 @@ class MixedLoad:
         for (kind, _), c in zip(self.jobs, self.per_thread):
             t = out.setdefault(kind, Counts())
             t.ok, t.failed, t.cut = t.ok + c.ok, t.failed + c.failed, t.cut + c.cut
+            t.retryable += c.retryable
             t.resumed, t.retried = t.resumed + c.resumed, t.retried + c.retried
             t.errors.update(c.errors)
         return out

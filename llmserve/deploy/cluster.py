@@ -43,7 +43,7 @@ from .haproxy_runtime import RuntimeAPI, rolling_restart
 from .reaper import Reaper
 from .serve import prepare_repository
 from .supervisor import Supervisor, SupervisorThread
-from .tritonserver import TritonProcess, is_ready
+from .tritonserver import TritonProcess, is_ready, sweep_stale_regions
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +75,11 @@ class Replica:
             reaper=reaper,
         )
         self.process: TritonProcess | None = None
+        self.pids: list[int] = []  # of every run: each leads its process group (tools/chaos.py's leak check)
         self.started_at = 0.0  # time.monotonic() of the last start (the supervisor's back-off)
         self.lock = threading.RLock()  # held by restart(); the supervisor skips a replica it cannot take
+        # restart() reports a start that died before it was ready here (the cluster: its supervisor's count)
+        self.on_startup_failure = None
 
     def start(self) -> Replica:
         """Start (again): first end whatever is left of the previous server's process group (stubs
@@ -85,6 +88,7 @@ class Replica:
             self.process.kill()
         h, g, m = self.ports
         self.process = TritonProcess(self.repository, http_port=h, grpc_port=g, metrics_port=m, **self.kw).start()
+        self.pids.append(self.process.proc.pid)
         self.started_at = time.monotonic()
         return self
 
@@ -100,9 +104,10 @@ class Replica:
         if self.process is not None:
             self.process.kill()
 
-    def restart(self, timeout_s: float = 600, attempts: int = 3) -> None:
+    def restart(self, timeout_s: float = 600, attempts: int = 5) -> None:
         """Stop, start, wait until ready; a server that dies before it is ready is started again
-        (up to `attempts` times: a start can crash on a loaded machine)."""
+        (up to `attempts` times: a start can abort on a loaded machine, docs/PERFORMANCE.md "Start-up
+        aborts"), and each such death is reported to on_startup_failure."""
         with self.lock:
             self.stop()
             for attempt in range(attempts):
@@ -111,8 +116,18 @@ class Replica:
                     self.wait_ready(timeout_s)
                     return
                 except RuntimeError:  # exited before it was ready
+                    self.process.kill()  # what outlived it
+                    if self.on_startup_failure is not None:
+                        self.on_startup_failure(self.name, self.returncode, self.exit_cause())
                     if attempt == attempts - 1:
                         raise
+                    time.sleep(min(8.0, 2.0**attempt))
+
+    def is_ready(self) -> bool:
+        return self.process is not None and self.process.is_ready()
+
+    def exit_cause(self) -> str | None:
+        return self.process.exit_cause() if self.process else None
 
     @property
     def pid(self) -> int:
@@ -128,6 +143,11 @@ class Replica:
     @property
     def returncode(self) -> int | None:
         return self.process.returncode if self.process else None
+
+    @property
+    def shm_prefix(self) -> str:
+        """The shared-memory prefix every run of this replica's server starts with."""
+        return TritonProcess.tag_prefix(self.ports[0])
 
 
 class Cluster:
@@ -184,6 +204,7 @@ class Cluster:
         self.supervisor = Supervisor()
         for r in self.replicas:
             self.supervisor.add(r.name, r, lock=r.lock)
+            r.on_startup_failure = self.supervisor.startup_failures.record
         for name, f in zip(self.frontends.names(), self.frontends.processes) if self.frontends else ():
             self.supervisor.add(name, f)
         ha = spec.ha
@@ -247,6 +268,9 @@ class Cluster:
                 self.api.wait_status(r.name, "UP", timeout_s)
 
     def start(self) -> Cluster:
+        removed = sweep_stale_regions()
+        if removed:
+            logger.info("removed %d shared-memory regions of servers that are gone: %s", len(removed), removed[:5])
         if self.reaper.proc is None:
             self.reaper.start()
         self.start_replicas()
@@ -310,6 +334,8 @@ class Cluster:
             "replicas": {
                 r.name: {"pid": r.pid if r.alive() else None, "http_port": r.http_port} for r in self.replicas
             },
+            # servers (and frontends) that exited before they were ready, by cause (deploy/supervisor.py)
+            "startup_failures": self.supervisor.startup_failures.as_dict(),
         }
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))

@@ -10,6 +10,7 @@ so it goes too when the supervisor is SIGKILLed.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -39,6 +40,7 @@ class ProcessGroup:
         self.cmd, self.port, self.log_path, self.reaper = cmd, port, log_path, reaper
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0  # time.monotonic() of the last start: the supervisor's back-off reads it
+        self.log_offset = 0  # where this run's output starts in log_path (exit_cause reads from there)
         self._log = None
 
     # --- what subclasses may change ----------------------------------------------------------------
@@ -48,6 +50,9 @@ class ProcessGroup:
 
     def is_ready(self) -> bool:
         raise NotImplementedError
+
+    def _starting(self) -> None:
+        """Called before each start, once what was left of the previous run is gone."""
 
     def _started(self) -> None:
         """Called right after each start."""
@@ -60,6 +65,8 @@ class ProcessGroup:
         """Start (again): first end whatever is left of a previous run's process group."""
         if self.proc is not None:
             self._end_group()
+        self._starting()
+        self.log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
         self._log = open(self.log_path, "ab") if self.log_path else None
         self.proc = subprocess.Popen(
             self.cmd,
@@ -80,6 +87,17 @@ class ProcessGroup:
     @property
     def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
+
+    def exit_cause(self) -> str | None:
+        """What an uncaught C++ exception that ended this run was (`terminate called after throwing an
+        instance of 'X'` in its log since the last start), else None."""
+        if not self.log_path or not self.log_path.exists():
+            return None
+        with open(self.log_path, "rb") as f:
+            f.seek(self.log_offset)
+            text = f.read()[-(1 << 20) :].decode("utf-8", "replace")
+        m = re.findall(r"terminate called after throwing an instance of '([^']+)'", text)
+        return m[-1] if m else None
 
     def wait_ready(self, timeout_s: float = 300) -> None:
         """Until is_ready(); RuntimeError if the process exits first, TimeoutError after timeout_s."""

@@ -9,6 +9,13 @@ not spin, and a child that ran for a while comes back at once.
 The supervisor polls (`poll()`, or `run()` until an event is set); it never blocks on one child, so
 one loop watches any number of them. A child whose lock someone else holds (a rolling restart that
 stops and starts it itself) is left alone until it is released.
+
+Start-up failures are counted: a child that exits before it was ever ready (it has `is_ready()`,
+asked about once a second until it says yes) is started again like any other, and `startup_failures`
+counts it, by cause: the uncaught C++ exception its log names (`exit_cause()`, e.g. tritonserver's
+`boost::interprocess::lock_exception`, docs/PERFORMANCE.md "Start-up aborts"), else its exit status.
+A rolling restart that starts a server itself (cluster.Replica.restart) reports its retries here too.
+The counts go to the log, to the cluster's cluster.json and to tools/chaos.py's report.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -24,6 +32,33 @@ logger = logging.getLogger(__name__)
 
 QUICK_EXIT_S = 60.0  # an exit sooner than this after a start counts towards the back-off
 MAX_BACKOFF_S = 30.0
+READY_POLL_S = 1.0  # how often a started child that has not been ready yet is asked
+
+
+class StartupFailures:
+    """Exits before ready, counted by child and by cause (thread-safe: a rolling restart reports from
+    its own thread)."""
+
+    def __init__(self):
+        self.total = 0
+        self.by_child: Counter = Counter()
+        self.by_cause: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def record(self, name: str, returncode: int | None, cause: str | None) -> None:
+        why = cause or f"exit status {returncode}"
+        with self._lock:
+            self.total += 1
+            self.by_child[name] += 1
+            self.by_cause[why] += 1
+            n = self.total
+        logger.warning(
+            "%s exited (%s) before it was ready: %s; start-up failure %d of this supervisor", name, returncode, why, n
+        )
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return {"total": self.total, "by_child": dict(self.by_child), "by_cause": dict(self.by_cause)}
 
 
 class Child(Protocol):
@@ -64,6 +99,10 @@ class Supervised:
     on_start: Callable[[], None] | None = None  # after each restart
     next_start_at: float | None = None  # set while an exit waits out its back-off
     gave_up: bool = False
+    run_started_at: float | None = None  # child.started_at of the run `ready` is about
+    ready: bool = False  # that run has been ready (or the child cannot say)
+    next_ready_check: float = 0.0
+    our_start_at: float | None = None  # child.started_at of the last run this supervisor started
 
 
 class Supervisor:
@@ -78,6 +117,7 @@ class Supervisor:
         self.quick_s, self.max_s, self.clock = quick_s, max_s, clock
         self.entries: list[Supervised] = []
         self.halted = False
+        self.startup_failures = StartupFailures()
         self._pass = threading.RLock()  # held for a whole poll(); halt() waits for it
 
     def add(
@@ -120,14 +160,33 @@ class Supervisor:
                     entry.lock.release()
         return started
 
+    def _watch_ready(self, entry: Supervised, now: float) -> None:
+        """Note whether the current run of the child has been ready yet."""
+        child = entry.child
+        if entry.run_started_at != child.started_at:  # a new run (ours, or a rolling restart's)
+            entry.run_started_at, entry.next_ready_check = child.started_at, 0.0
+            entry.ready = not hasattr(child, "is_ready")
+        if entry.ready or now < entry.next_ready_check:
+            return
+        entry.next_ready_check = now + READY_POLL_S
+        try:
+            entry.ready = bool(child.is_ready())
+        except Exception:  # noqa: BLE001 - not ready is all a failed probe says
+            entry.ready = False
+
     def _revive(self, entry: Supervised) -> bool:
         child = entry.child
+        now = self.clock()
         if child.alive():
             entry.next_start_at = None  # started again by someone else meanwhile
+            self._watch_ready(entry, now)
             return False
-        now = self.clock()
         if entry.next_start_at is None:  # just noticed
             child.kill()  # what outlived it (tritonserver's stubs hold the model and the KV cache)
+            watched = entry.run_started_at == child.started_at
+            if (watched and not entry.ready) or (not watched and child.started_at == entry.our_start_at):
+                cause = child.exit_cause() if hasattr(child, "exit_cause") else None
+                self.startup_failures.record(entry.name, child.returncode, cause)
             if entry.restart_if is not None and not entry.restart_if():
                 entry.gave_up = True
                 logger.error("%s exited (%s); not starting it again", entry.name, child.returncode)
@@ -144,6 +203,7 @@ class Supervisor:
             return False
         entry.next_start_at = None
         child.start()
+        entry.our_start_at = child.started_at
         if entry.on_start is not None:
             entry.on_start()
         return True

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from .reaper import Reaper
 from .security import ADMIN_KEY_ENV, restricted_flags, scrub_argv
 
 LOCAL_COPY = ROOT / "build" / "tritonserver"
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "llmserve"  # + "<http port>-<random, per run>_" + the Python backend's UUID (one per stub)
+STALE_AFTER_S = 60.0
 
 
 @dataclass
@@ -141,6 +145,47 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def _mapped_shm() -> set[str]:
+    """Names of /dev/shm files some live process maps or holds open (of those we may look at)."""
+    used: set[str] = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            for line in (d / "maps").read_text().splitlines():
+                i = line.find(str(SHM_DIR) + "/")
+                if i >= 0:
+                    used.add(Path(line[i:].split(" (deleted)")[0]).name)
+            for fd in (d / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(str(SHM_DIR) + "/"):
+                    used.add(Path(target).name)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return used
+
+
+def sweep_stale_regions(prefix: str = SHM_PREFIX, older_than_s: float = STALE_AFTER_S) -> list[str]:
+    """Remove Python-backend regions of servers that are gone (`/dev/shm/<prefix>*` that no process
+    maps or holds open, older than older_than_s so a region being created right now is left alone):
+    what a SIGKILLed supervisor's servers, or anything else killed before its cleanup ran, left
+    behind. Regions of live servers (ours or another checkout's) are mapped by their processes and
+    stay. Returns the names removed."""
+    candidates = [f for f in SHM_DIR.glob(f"{prefix}*") if f.is_file()]
+    if not candidates:
+        return []
+    used, now, removed = _mapped_shm(), time.time(), []
+    for f in candidates:
+        try:
+            if f.name in used or now - f.stat().st_mtime < older_than_s:
+                continue
+            f.unlink()
+            removed.append(f.name)
+        except OSError:
+            continue
+    return removed
+
+
 def is_ready(http_port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:
     return http_ok(f"http://{host}:{http_port}/v2/health/ready", timeout)
 
@@ -169,20 +214,36 @@ class TritonProcess(ProcessGroup):
         self.paths = locate()
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.admin_key = admin_key or os.environ.get(ADMIN_KEY_ENV) or os.urandom(16).hex()
-        self.instance_tag = f"llmserve{http_port}"  # also the stubs' shared-memory prefix
-        cmd = command(
+        self.repository, self.exit_timeout_s, self.address = Path(repository).resolve(), exit_timeout_s, address
+        self.extra = list(extra)
+        self.instance_tag = ""
+        super().__init__(self._command(), port=http_port, log_path=log_path, reaper=reaper)
+
+    def _command(self) -> list[str]:
+        return command(
             self.paths,
-            Path(repository).resolve(),
-            http_port=http_port,
-            grpc_port=grpc_port,
-            metrics_port=metrics_port,
-            exit_timeout_s=exit_timeout_s,
-            instance_tag=self.instance_tag,
+            self.repository,
+            http_port=self.http_port,
+            grpc_port=self.grpc_port,
+            metrics_port=self.metrics_port,
+            exit_timeout_s=self.exit_timeout_s,
+            instance_tag=self.instance_tag or self.tag_prefix(self.http_port),
             admin_key=self.admin_key,
-            address=address,
-            extra=list(extra),
+            address=self.address,
+            extra=self.extra,
         )
-        super().__init__(cmd, port=http_port, log_path=log_path, reaper=reaper)
+
+    @staticmethod
+    def tag_prefix(http_port: int) -> str:
+        """What every shared-memory region of a server on this port starts with (all its runs)."""
+        return f"{SHM_PREFIX}{http_port}-"
+
+    def _starting(self) -> None:
+        """A new shared-memory prefix for every run (also the server's instance tag): a run never
+        shares a name with a region a previous run of this port left behind or whose stubs are still
+        dying, and _ended() of one run can only ever remove that run's regions."""
+        self.instance_tag = f"{self.tag_prefix(self.http_port)}{os.urandom(4).hex()}"
+        self.cmd = self._command()
 
     def environment(self) -> dict:
         return {**os.environ, **self.paths.env}
@@ -194,10 +255,12 @@ class TritonProcess(ProcessGroup):
         self.key_hidden = scrub_argv(self.proc.pid, self.admin_key)
 
     def _ended(self) -> None:
-        """Shared-memory regions of this server's Python stubs, left behind when they were killed
-        (a stub removes its own only on a clean exit). Nothing of the group runs any more; the prefix
-        is this server's own (its HTTP port)."""
-        for f in Path("/dev/shm").glob(f"{self.instance_tag}_*"):
+        """Shared-memory regions of this run's Python stubs, left behind when they were killed (a
+        region is removed by tritonserver when it unloads the model, so only on a clean exit).
+        Nothing of the group runs any more; the prefix is this run's own (_starting)."""
+        if not self.instance_tag:
+            return
+        for f in SHM_DIR.glob(f"{self.instance_tag}_*"):
             try:
                 f.unlink()
             except OSError:

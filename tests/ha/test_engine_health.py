@@ -3,7 +3,9 @@ HAProxy, the cluster supervisor running): kill -9 of one replica's tensorrt_llm 
 answering ready within READY_BOUND_S (its stub's watchdog takes tritonserver down), HAProxy takes it
 out, no request that had not started fails (they are retried on another replica), the supervisor
 restarts it and it is back in rotation. Then the short version of tools/chaos.py on the same
-cluster."""
+cluster (plain, failover and hang-up clients; this cluster has no OpenAI frontends, the tool's own
+has): no failure a client could not have retried, no failover stream cut, hang-ups served, memory
+judged only for processes that lived long enough (none in a 1-minute run)."""
 
 from __future__ import annotations
 
@@ -93,3 +95,5 @@ def test_chaos_soak_short(supervised, emit):
     assert report["failed"] == 0, report["counts"]
     assert report["failover_cut"] == 0, report["counts"]
     assert report["hung_clients"] == 0
+    assert report["hang_ups"] > 0, report["counts"]
+    assert report["memory"]["flat"] is not False, report["memory"]

@@ -139,3 +139,57 @@ def test_run_stops_when_check_fails_and_reports_restarts(clock):
     restarted = []
     sup.run(threading.Event(), period_s=0.0, check=lambda: not restarted, on_restart=restarted.append)
     assert restarted == [["triton0"]] and child.alive()
+
+
+class ReadyChild(FakeChild):
+    """A child that can say whether it is ready, and why it died (like TritonProcess)."""
+
+    def __init__(self, clock: Clock):
+        super().__init__(clock)
+        self.ready, self.cause = False, None
+
+    def start(self):
+        self.ready = False
+        return super().start()
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+    def exit_cause(self):
+        return self.cause
+
+
+def test_an_exit_before_ready_is_counted_by_cause_and_restarted(clock):
+    sup = Supervisor(clock=clock)
+    child = ReadyChild(clock).start()
+    sup.add("triton1", child)
+    sup.poll()  # watched: not ready yet
+    child.cause = "boost::interprocess::lock_exception"
+    child.exit(-6)
+    sup.poll()
+    clock.now += 1
+    assert sup.poll() == ["triton1"]  # started again after its back-off
+    counts = sup.startup_failures.as_dict()
+    assert counts == {"total": 1, "by_child": {"triton1": 1}, "by_cause": {"boost::interprocess::lock_exception": 1}}
+    # this run becomes ready, then dies: not a start-up failure
+    child.ready = True
+    clock.now += 2
+    sup.poll()
+    child.exit(-9)
+    sup.poll()
+    assert sup.startup_failures.total == 1
+
+
+def test_a_run_that_died_before_the_first_look_counts_when_the_supervisor_started_it(clock):
+    sup = Supervisor(clock=clock)
+    child = ReadyChild(clock).start()
+    sup.add("triton0", child)
+    sup.poll()
+    child.ready = True
+    clock.now += QUICK_EXIT_S + 1
+    sup.poll()
+    child.exit(-9)
+    assert sup.poll() == ["triton0"] and sup.startup_failures.total == 0  # it had been ready
+    child.exit(1)  # the new run dies before the supervisor ever looked at it
+    sup.poll()
+    assert sup.startup_failures.as_dict()["by_cause"] == {"exit status 1": 1}
