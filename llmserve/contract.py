@@ -76,6 +76,7 @@ ENSEMBLE_OUTPUTS: list[Tensor] = [
 
 # --- tensorrt_llm (token level; identical for the torch and the TensorRT-LLM engine) ------------
 REQUEST_KEY = "request_key"  # ours: the id a `stop` names (see ENGINE_INPUTS)
+ECHO_IDS = "echo_ids"  # ours: what stands for the prompt in the output (see ENGINE_INPUTS)
 ENGINE_INPUTS: list[Tensor] = [
     Tensor("input_ids", "INT32", (-1,), optional=False, ragged=True),
     Tensor("input_lengths", "INT32", (1,), optional=False, reshape_scalar=True),
@@ -107,6 +108,11 @@ ENGINE_INPUTS: list[Tensor] = [
     # postprocessing, whose step sees the cancel (pipeline/cancellation.py).
     Tensor(REQUEST_KEY, "STRING", (1,)),
     Tensor(STOP_WORDS_MATCH, "STRING", (1,)),  # ours: how stop_words_list matches (see STOP_WORDS_MATCH)
+    # Ours, additive: the tokens output in place of input_ids when the input is not excluded. Preprocessing
+    # sends the client's text_input tokenized without the chat template when it applied one, so
+    # exclude_input_in_output false echoes the prompt as the client sent it (as upstream, which has no
+    # template); absent, input_ids are echoed.
+    Tensor(ECHO_IDS, "INT32", (-1,), ragged=True),
 ]
 # Upstream's cancel-by-id request to the token-level model: `stop` true plus placeholders for the inputs
 # every request must carry (ignored: a stop generates nothing). Sent by postprocessing and the relay over
@@ -131,9 +137,9 @@ CONTEXT_TOKENS = 8
 
 # --- tensorrtllm layout: the relay (tensorrt_llm) in front of the C++ backend model ------------
 RELAY_INPUTS: list[Tensor] = ENGINE_INPUTS
-# decoder_input_ids is declared, never forwarded (the relay checks it); request_key and stop_words_match are
-# ours, not the backend's.
-BACKEND_INPUTS: list[Tensor] = [t for t in ENGINE_INPUTS if t.name not in (REQUEST_KEY, STOP_WORDS_MATCH)]
+# decoder_input_ids is declared, never forwarded (the relay checks it); request_key, stop_words_match and
+# echo_ids are ours, not the backend's (the relay applies them).
+BACKEND_INPUTS: list[Tensor] = [t for t in ENGINE_INPUTS if t.name not in (REQUEST_KEY, STOP_WORDS_MATCH, ECHO_IDS)]
 BACKEND_OUTPUTS: list[Tensor] = [t for t in ENGINE_OUTPUTS if t.name not in ("output_context_ids", REQUEST_KEY)]
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------
@@ -148,6 +154,7 @@ PREPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("stop_words_list", "INT32", (2, -1)),
     Tensor("bad_words_list", "INT32", (2, -1)),
     Tensor(REQUEST_KEY, "STRING", (1,)),
+    Tensor(ECHO_IDS, "INT32", (-1,)),
 ]
 
 # Upstream's names on preprocessing, for clients that call the model itself (NVIDIA's end_to_end_test.py).

@@ -84,7 +84,7 @@ class EngineService:
         backlogged: True while an earlier response of this request still waits to be sent; streamed
         tokens are then held back and travel with the next response (coalescing by load: one
         response per stream per send, however fast the engine steps)."""
-        stream = TokenStream(req.prompt, req.exclude_input_in_output)
+        stream = TokenStream(req.prompt if req.echo is None else req.echo, req.exclude_input_in_output)
         held: tuple[list[int], list[float]] = ([], [])  # streamed tokens not yet sent (backlog)
         stopped = []  # non-empty once a `stop` request named this one
 

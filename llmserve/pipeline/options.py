@@ -62,6 +62,7 @@ class PreprocessOptions(ModelParams):
     max_output_len: int
     max_beam_width: int
     trust_remote_code: bool
+    exclude_input_in_output: bool  # the default: whether an echo of the prompt as sent (echo_ids) is needed
 
     @classmethod
     def from_spec(cls, spec, tokenizer_dir: str) -> PreprocessOptions:
@@ -73,6 +74,7 @@ class PreprocessOptions(ModelParams):
             max_output_len=spec.engine.max_output_len,
             max_beam_width=1,
             trust_remote_code=spec.model.trust_remote_code,
+            exclude_input_in_output=spec.serving.exclude_input_in_output,
         )
 
 

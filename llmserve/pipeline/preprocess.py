@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import REQUEST_KEY, UPSTREAM_PREPROCESSING_NAMES, UPSTREAM_PREPROCESSING_OUTPUT_NAMES
+from ..contract import ECHO_IDS, REQUEST_KEY, UPSTREAM_PREPROCESSING_NAMES, UPSTREAM_PREPROCESSING_OUTPUT_NAMES
 from ..engine.guided import grammar_of
 from ..errors import RequestError
 from ..request.guided import read_guide
@@ -30,6 +30,7 @@ class ValidRequest:
     pad_id: int
     stop_words: list[str]
     bad_words: list[str]
+    exclude_input_in_output: bool  # as sent, else the spec's default
 
 
 class Preprocessor:
@@ -83,6 +84,7 @@ class Preprocessor:
             pad_id=pad_id,
             stop_words=words(read, "stop_words"),
             bad_words=words(read, "bad_words"),
+            exclude_input_in_output=one(read, "exclude_input_in_output", bool, self.opts.exclude_input_in_output),
         )
 
     def _render(self, r: ValidRequest) -> str:
@@ -134,6 +136,13 @@ class Preprocessor:
                 add = self.opts.add_special_tokens and not chat
                 ids = self.tok([s for _, s in group], add_special_tokens=add)["input_ids"]
                 encoded.update({i: x for (i, _), x in zip(group, ids)})
+        # The echo of a templated prompt (exclude_input_in_output false) is the prompt as the client sent
+        # it, tokenized as it would be without the template (upstream has none); otherwise input_ids.
+        echoed = [(i, r.prompt) for i, r, _ in valid if r.chat and not r.exclude_input_in_output]
+        echo = {}
+        if echoed:
+            ids = self.tok([s for _, s in echoed], add_special_tokens=self.opts.add_special_tokens)["input_ids"]
+            echo = {i: x for (i, _), x in zip(echoed, ids)}
         for i, r, _ in valid:
             ids = encoded[i]
             if len(ids) > self.opts.max_input_len:
@@ -151,6 +160,7 @@ class Preprocessor:
                 "stop_words_list": to_word_list(self._word_ids(r.stop_words))[None],
                 "bad_words_list": to_word_list(self._word_ids(r.bad_words))[None],
                 REQUEST_KEY: key_tensor(edge_key(request_ids[i] if request_ids else "")),
+                ECHO_IDS: np.array([echo.get(i, ids)], dtype=np.int32),
             }
             if upstream[i]:
                 results[i] = _upstream_outputs(results[i], r.pad_id)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import REQUEST_KEY, STOP_WORDS_MATCH, ErrorKind
+from ..contract import ECHO_IDS, REQUEST_KEY, STOP_WORDS_MATCH, ErrorKind
 from ..errors import RequestError, triton_error
 from ..logs import request_context
 from ..request.token_request import EngineRequest, parse_engine_request
@@ -45,10 +45,18 @@ log = logging.getLogger(__name__)
 
 # Inputs the relay does not forward: it always streams from the backend and applies
 # exclude_input_in_output itself; decoder_input_ids is checked (request/token_request.py) and means "no
-# decoder input" for the decoder-only models served here; our request_key and stop_words_match are not
-# the backend's (the relay keys its backend requests itself). stop_words_list goes to the backend only
+# decoder input" for the decoder-only models served here; our request_key, stop_words_match and echo_ids
+# are not the backend's (the relay keys its backend requests and echoes the prompt itself). stop_words_list goes to the backend only
 # when its words match as token sequences (the relay matches text stop words itself).
-NOT_FORWARDED = ("streaming", "exclude_input_in_output", "stop", "decoder_input_ids", REQUEST_KEY, STOP_WORDS_MATCH)
+NOT_FORWARDED = (
+    "streaming",
+    "exclude_input_in_output",
+    "stop",
+    "decoder_input_ids",
+    REQUEST_KEY,
+    STOP_WORDS_MATCH,
+    ECHO_IDS,
+)
 BACKEND_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
 
 
@@ -66,7 +74,8 @@ class RelayStream:
     def __post_init__(self):
         words = self.req.params.stop_words
         self.matcher = StopMatcher(self.tokenizer, words, self.skip_special_tokens) if words else None
-        self.out = TokenStream(self.req.prompt, self.req.exclude_input_in_output)
+        echo = self.req.prompt if self.req.echo is None else self.req.echo
+        self.out = TokenStream(echo, self.req.exclude_input_in_output)
 
     def push(self, tokens: list[int], logprobs: list[float] | None) -> dict[str, np.ndarray] | None:
         """One backend response. Returns the chunk to stream now (streaming requests), or None."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import STOP_MATCH_TEXT
+from ..contract import ECHO_IDS, STOP_MATCH_TEXT
 from ..engine.params import SamplingParams
 from ..errors import RequestError
 from .guided import GUIDE, Guide, read_guide
@@ -25,6 +25,7 @@ class EngineRequest:
     exclude_input_in_output: bool
     return_log_probs: bool
     guide: Guide | None = None  # compiled into params.grammar by the engine that serves it
+    echo: list[int] | None = None  # what stands for the prompt in the output (None: the prompt itself)
 
 
 def is_stop_request(read: Reader) -> bool:
@@ -106,6 +107,13 @@ def parse_engine_request(
         bad_words=bad_words,
         **sampling,
     )
+    echo = read(ECHO_IDS)
+    if echo is not None:
+        if echo.ndim == 2 and echo.shape[0] != 1:
+            raise RequestError(ECHO_IDS, f"batch size {echo.shape[0]}: send one sequence per request")
+        echo = echo.reshape(-1).astype(np.int64)
+        check(ECHO_IDS, echo.size <= max_input_len, f"has {echo.size} tokens, the limit is {max_input_len}")
+        check(ECHO_IDS, bool(((echo >= 0) & (echo < vocab_size)).all()), f"token ids must lie in [0, {vocab_size})")
     return EngineRequest(
         prompt=prompt.tolist(),
         params=params,
@@ -113,6 +121,7 @@ def parse_engine_request(
         exclude_input_in_output=one(read, "exclude_input_in_output", bool, exclude_default),
         return_log_probs=one(read, "return_log_probs", bool, False),
         guide=guide,
+        echo=echo.tolist() if echo is not None else None,
     )
 
 

@@ -432,3 +432,20 @@ def test_stop_words_match_token_sequences_and_stay_in_the_output(layout_server, 
     assert word not in as_text and full["text_output"].startswith(as_text)
     bad = generate(layout_server, {**stopped, "stop_words_match": "substring"})
     assert bad.status_code == 400 and "stop_words_match" in bad.json()["error"], bad.text
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["unary", "streaming"])
+def test_exclude_input_in_output_false_echoes_the_prompt_as_sent(layout_server, streaming):
+    """The chat template applies (the spec's default), yet the echo is the client's text_input, as
+    upstream (no template) answers: the prompt as sent, then the same generated text."""
+    prompt = "Born in north-east France, Soyer trained as a"
+    body = {"text_input": prompt, "max_tokens": 12}
+    if streaming:
+        generated = "".join(e["text_output"] for e in generate_stream(layout_server, body))
+        echoed = "".join(
+            e["text_output"] for e in generate_stream(layout_server, {**body, "exclude_input_in_output": False})
+        )
+    else:
+        generated = generate(layout_server, body).json()["text_output"]
+        echoed = generate(layout_server, {**body, "exclude_input_in_output": False}).json()["text_output"]
+    assert echoed == prompt + generated, (echoed, generated)

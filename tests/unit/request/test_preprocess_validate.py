@@ -25,6 +25,7 @@ def pre(smollm2_dir) -> Preprocessor:
             max_output_len=MAX_OUT,
             max_beam_width=1,
             trust_remote_code=False,
+            exclude_input_in_output=True,
         )
     )
 
@@ -148,3 +149,20 @@ def test_guided_decoding_is_checked_at_the_edge(pre):
     assert error(pre, guided_decoding_guide_type="yaml")[0] == "guided_decoding_guide_type"
     assert error(pre, guided_decoding_guide_type="json_schema", guided_decoding_guide="{")[0] == "guided_decoding_guide"
     assert error(pre, guided_decoding_guide_type="json", min_tokens=1)[0] == "min_tokens"
+
+
+def test_the_echo_is_the_prompt_as_sent(pre):
+    """exclude_input_in_output false with the chat template: echo_ids are the client's text tokenized
+    without the template (upstream has none), so the echoed prompt is what the client sent; without the
+    template, or with the input excluded, they are input_ids."""
+    templated, plain, excluded = pre.process(
+        [
+            reader(text_input="Hello there", max_tokens=4, exclude_input_in_output=False),
+            reader(text_input="Hello there", max_tokens=4, exclude_input_in_output=False, apply_chat_template=False),
+            reader(text_input="Hello there", max_tokens=4),  # the spec's default: excluded
+        ]
+    )
+    assert pre.tok.decode(templated["echo_ids"][0]) == "Hello there"
+    assert templated["echo_ids"].shape[1] < templated["input_ids"].shape[1]
+    for out in (plain, excluded):
+        assert out["echo_ids"].tolist() == out["input_ids"].tolist()

@@ -191,3 +191,12 @@ def test_stop_request():
     assert is_stop_request(reader(stop=True)) is True
     with pytest.raises(RequestError, match="invalid stop: expects one value per request"):
         is_stop_request(reader(stop=np.array([True, True])))
+
+
+def test_echo_ids_stand_for_the_prompt_in_the_output():
+    assert parse().echo is None
+    assert parse(echo_ids=np.array([[9, 8]], dtype=np.int32)).echo == [9, 8]
+    field, message = error(echo_ids=np.array([[VOCAB]], dtype=np.int32))
+    assert field == "echo_ids" and f"[0, {VOCAB})" in message
+    field, message = error(echo_ids=np.ones((1, MAX_IN + 1), dtype=np.int32))
+    assert field == "echo_ids" and f"the limit is {MAX_IN}" in message

@@ -27,6 +27,7 @@ def pre(smollm2_dir) -> Preprocessor:
             max_output_len=64,
             max_beam_width=1,
             trust_remote_code=False,
+            exclude_input_in_output=True,
         )
     )
 
