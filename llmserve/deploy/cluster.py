@@ -43,7 +43,7 @@ from .haproxy_runtime import RuntimeAPI, rolling_restart
 from .reaper import Reaper
 from .serve import prepare_repository
 from .supervisor import Supervisor, SupervisorThread
-from .tritonserver import TritonProcess, is_ready, sweep_stale_regions
+from .tritonserver import TRANSIENT_START_ABORTS, TritonProcess, is_ready, sweep_stale_regions
 
 logger = logging.getLogger(__name__)
 
@@ -104,24 +104,30 @@ class Replica:
         if self.process is not None:
             self.process.kill()
 
-    def restart(self, timeout_s: float = 600, attempts: int = 5) -> None:
-        """Stop, start, wait until ready; a server that dies before it is ready is started again
-        (up to `attempts` times: a start can abort on a loaded machine, docs/PERFORMANCE.md "Start-up
-        aborts"), and each such death is reported to on_startup_failure."""
+    def restart(self, timeout_s: float = 600, attempts: int = 3) -> None:
+        """Stop, start, wait until ready. A start that dies before it is ready is reported to
+        on_startup_failure and started again: up to `attempts` times, or, for the Python backend's
+        start-up abort on a starved machine (TRANSIENT_START_ABORTS, docs/PERFORMANCE.md "Start-up
+        aborts"), for as long as timeout_s allows."""
+        deadline = time.monotonic() + timeout_s
         with self.lock:
             self.stop()
-            for attempt in range(attempts):
+            failures = 0
+            while True:
                 self.start()
                 try:
-                    self.wait_ready(timeout_s)
+                    self.wait_ready(max(1.0, deadline - time.monotonic()))
                     return
                 except RuntimeError:  # exited before it was ready
                     self.process.kill()  # what outlived it
+                    cause = self.exit_cause()
                     if self.on_startup_failure is not None:
-                        self.on_startup_failure(self.name, self.returncode, self.exit_cause())
-                    if attempt == attempts - 1:
+                        self.on_startup_failure(self.name, self.returncode, cause)
+                    failures += cause not in TRANSIENT_START_ABORTS
+                    pause = min(8.0, 2.0 ** min(failures, 3))
+                    if failures >= attempts or time.monotonic() + pause >= deadline:
                         raise
-                    time.sleep(min(8.0, 2.0**attempt))
+                    time.sleep(pause)
 
     def is_ready(self) -> bool:
         return self.process is not None and self.process.is_ready()

@@ -4,7 +4,8 @@ tritonserver and the OpenAI-compatible frontend next to it (openai.port, default
 tritonserver drains in-flight requests (up to serving.exit_timeout_s) before it exits; idle, that
 takes a few seconds. A tritonserver that goes away by itself while serving (its engine stub's
 watchdog took it down, a crash), or a frontend that does, is started again, with a back-off
-(deploy/supervisor.py); a tritonserver that exits before it was ever ready is not (its log says why).
+(deploy/supervisor.py); a tritonserver that exits before it was ever ready is not (its log says why),
+unless it died of the Python backend's start-up abort under load (TRANSIENT_START_ABORTS).
 Every process group started here is registered with a reaper (deploy/reaper.py): when this process
 is SIGKILLed, tritonserver, its Python stubs and the frontend go too.
 
@@ -27,7 +28,7 @@ from ..spec import DEFAULT_SPEC, ROOT, SpecError, load_spec
 from .frontend import FrontendProcess
 from .reaper import Reaper
 from .supervisor import Supervisor
-from .tritonserver import TritonProcess
+from .tritonserver import TRANSIENT_START_ABORTS, TritonProcess
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,10 @@ def main(argv=None) -> int:
 
     supervisor = Supervisor()
     triton = supervisor.add(
-        "tritonserver", server, restart_if=lambda: ready.is_set() and not stopping.is_set(), on_start=announce
+        "tritonserver",
+        server,
+        restart_if=lambda: (ready.is_set() or server.exit_cause() in TRANSIENT_START_ABORTS) and not stopping.is_set(),
+        on_start=announce,
     )
     if frontend is not None:
         supervisor.add("the OpenAI frontend", frontend)

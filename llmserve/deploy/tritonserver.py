@@ -28,6 +28,11 @@ LOCAL_COPY = ROOT / "build" / "tritonserver"
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "llmserve"  # + "<http port>-<random, per run>_" + the Python backend's UUID (one per stub)
 STALE_AFTER_S = 60.0
+# How a start can die that another start on the same machine survives: the Python backend's start-up
+# abort when a stub misses its 1-second health round on a starved machine (docs/PERFORMANCE.md,
+# "Start-up aborts"). serve.py starts a server that died so again; any other exit before ready is a
+# bad set-up, which a retry would only repeat.
+TRANSIENT_START_ABORTS = ("boost::interprocess::lock_exception",)
 
 
 @dataclass
