@@ -86,7 +86,11 @@ def _main(argv=None) -> int:
     )
     if workers > 1:
         worker_args = dict(spec=args.spec, endpoints=endpoints, log_level=args.log_level, log_format=args.log_format)
-        return run_workers(worker_args, workers, **options)
+        try:
+            return run_workers(worker_args, workers, **options)
+        except PermissionError as e:  # the metrics folder (workers.py)
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     server = uvicorn.Server(uvicorn.Config(create_app(service, keys), **options))
     server.run(sockets=[reuse_port_socket(host, port)] if args.reuse_port else None)
     return 0

@@ -109,8 +109,10 @@ def run(worker_args: dict, workers: int, **uvicorn_options) -> int:
     """Serve with `workers` processes until SIGTERM / SIGINT. worker_args: spec, endpoints, log_level,
     log_format (worker_app's). uvicorn_options: uvicorn.Config's (host, port, ...). Returns the exit code."""
     folder = metrics_dir(uvicorn_options["port"])
-    owned = METRICS_ENV not in os.environ
-    folder.mkdir(parents=True, exist_ok=True)
+    owned = not os.environ.get(METRICS_ENV)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if owned and folder.stat().st_uid != os.getuid():  # the temp directory is everyone's
+        raise PermissionError(f"{folder} belongs to another user: set {METRICS_ENV} to a folder of yours")
     _clear(folder)  # a killed predecessor's counts and ids are not ours
     (folder / "inflight").mkdir()
     os.environ[METRICS_ENV] = str(folder)
