@@ -153,7 +153,7 @@ def test_completion_refusals_name_the_field(stack, body, param):
     assert r.json()["error"]["param"] == param, r.text
 
 
-TOLERANCE = 2e-3  # absolute, on log-probabilities (fp32 on CPU both; different kernels and batch shapes)
+TOLERANCE = 1e-3  # absolute, on log-probabilities (fp32 on CPU both); measured at most 1.0e-5 (48 greedy tokens)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def reference(stack):
     from llmserve.text.tokenizer import load_hf_tokenizer
 
     tok = load_hf_tokenizer(stack.tokenizer_dir)
-    model = AutoModelForCausalLM.from_pretrained(stack.tokenizer_dir, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(stack.tokenizer_dir, dtype=torch.float32).eval()
     ids = tok(REF_PROMPT, add_special_tokens=False)["input_ids"]
     steps = []
     with torch.no_grad():
