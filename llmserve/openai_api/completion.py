@@ -83,9 +83,10 @@ class Completion:
     # --- a whole response ------------------------------------------------------------------------
     async def whole(self) -> tuple[list[dict], dict]:
         deltas: list[list] = [[] for _ in self.runs]
-        async for k, piece in self.events():
-            if piece is not None:
-                deltas[k].append(self.builders[k].feed(piece))
+        async with aclosing(self.events()) as events:  # a cancel (client gone) stops every run now
+            async for k, piece in events:
+                if piece is not None:
+                    deltas[k].append(self.builders[k].feed(piece))
         choices = []
         for k, b in enumerate(self.builders):
             if self.chat:

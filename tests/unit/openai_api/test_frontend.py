@@ -180,11 +180,14 @@ def test_busy_is_503_with_retry_after(fe, fake):
         assert r.json()["error"]["code"] == "server_busy"
 
 
+@pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("stream", [True, False])
-def test_hang_up_cancels_the_generation(fe, fake, stream):
+def test_hang_up_cancels_the_generation(fe, fake, stream, n):
+    """Every choice's generation (n of them) is cancelled."""
     fake.pieces, fake.delay_s = [("x", 1)] * 200, 0.05
     cancelled = fake.cancelled
     body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "stream": stream}
+    body["n"] = n
     if stream:
         r = requests.post(fe.url + "/v1/chat/completions", json=body, stream=True, timeout=30)
         next(r.iter_lines())
@@ -193,9 +196,9 @@ def test_hang_up_cancels_the_generation(fe, fake, stream):
         with pytest.raises(requests.Timeout):
             requests.post(fe.url + "/v1/chat/completions", json=body, timeout=(5, 0.3))
     deadline = time.monotonic() + 10
-    while fake.cancelled == cancelled and time.monotonic() < deadline:
+    while fake.cancelled < cancelled + n and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert fake.cancelled == cancelled + 1 and fake.active == 0
+    assert fake.cancelled == cancelled + n and fake.active == 0
     metrics = requests.get(fe.url + "/metrics", timeout=30).text
     assert 'llmserve_api_request_success_total{finished_reason="abort",model="test-model"}' in metrics
 
