@@ -6,7 +6,7 @@ itself would pass. The scripts are TensorRT-LLM's `triton_backend/` (formerly te
 
 - inflight_batcher_llm/client/end_to_end_grpc_client.py at 2a9abd9
 - inflight_batcher_llm/client/inflight_batcher_llm_client.py at 000a01d
-- tools/inflight_batcher_llm/end_to_end_test.py at 89fd9b7
+- tools/inflight_batcher_llm/end_to_end_test.py at 89fd9b7 (unchanged on a serving.streaming: false deployment)
 - tools/inflight_batcher_llm/benchmark_core_model.py at 0249976
 
 docs/upstream-compatibility.md says how to run the scripts themselves."""
@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import yaml
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from llmserve.spec import ROOT
 from llmserve.text.tokenizer import load_fast
 
+from ..conftest import start_server, stop
 from .client import generate, generate_stream
 
 pytestmark = pytest.mark.e2e
@@ -320,68 +322,146 @@ def test_the_unary_twin_refuses_unknown_generate_keys_too(layout_server):
 # --- end_to_end_test.py -> preprocessing, tensorrt_llm, postprocessing, ensemble ----------------------
 
 
-def _http_tensor(name: str, arr: np.ndarray) -> httpclient.InferInput:
-    """end_to_end_test.py's default protocol is HTTP (utils.prepare_tensor)."""
-    t = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+def _tensor_of(client_module, name: str, arr: np.ndarray):
+    """end_to_end_test.py's utils.prepare_tensor, for its protocol (HTTP by default, or -i grpc)."""
+    t = client_module.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
     t.set_data_from_numpy(arr)
     return t
 
 
-def test_end_to_end_test_functionality(layout_server):
-    """end_to_end_test.py -i http --max-input-len 128 --dataset ... (TensorRT-LLM triton_backend 89fd9b7),
-    test_functionality_ifb: the three models by hand under upstream's tensor names, then the ensemble,
-    and `assert output0 == ensemble_output`. Its unary calls on `tensorrt_llm` and `ensemble` need a
-    deployment with serving.streaming: false; here (streaming on) they go to the unary twins."""
-    client = httpclient.InferenceServerClient(layout_server.http)
-    for i, (prompt, output_len) in enumerate([("Summarize: the cat sat on the mat.", 12), ("Translate: bonjour", 9)]):
+def _end_to_end_test(client_module, url: str, engine: str, ensemble: str, return_log_probs: bool = False) -> None:
+    """end_to_end_test.py -i {http,grpc} --max-input-len 128 --dataset ... [--return-log-probs] (TensorRT-LLM
+    triton_backend 89fd9b7): test_functionality_ifb (the three models by hand under upstream's tensor
+    names, then the ensemble, `assert output0 == ensemble_output`, and the log probs equal), then
+    test_performance (concurrent async_infer on the ensemble, every result read)."""
+    client = client_module.InferenceServerClient(url)
+    T = lambda name, arr: _tensor_of(client_module, name, arr)  # noqa: E731
+    dataset = [("Summarize: the cat sat on the mat.", 12), ("Translate: bonjour", 9)]
+    for i, (prompt, output_len) in enumerate(dataset):
         input0 = [[prompt]]
         output0_len = np.ones_like(input0).astype(np.int32) * output_len
         result = client.infer(
             "preprocessing",
             [
-                _http_tensor("QUERY", np.array(input0).astype(object)),
-                _http_tensor("BAD_WORDS_DICT", np.array([[""]], dtype=object)),
-                _http_tensor("STOP_WORDS_DICT", np.array([[""]], dtype=object)),
-                _http_tensor("REQUEST_OUTPUT_LEN", output0_len),
+                T("QUERY", np.array(input0).astype(object)),
+                T("BAD_WORDS_DICT", np.array([[""]], dtype=object)),
+                T("STOP_WORDS_DICT", np.array([[""]], dtype=object)),
+                T("REQUEST_OUTPUT_LEN", output0_len),
             ],
             request_id=str(i),
         )
         names = ("INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "DECODER_INPUT_ID", "OUT_END_ID", "OUT_PAD_ID")
         ids, in_len, out_len, decoder_ids, end_id, pad_id = (result.as_numpy(n) for n in names)
         assert all(a is not None for a in (ids, in_len, out_len, decoder_ids, end_id, pad_id))
-        result = client.infer(
-            "tensorrt_llm_unary",
-            [
-                _http_tensor("input_ids", ids),
-                _http_tensor("decoder_input_ids", decoder_ids),
-                _http_tensor("input_lengths", in_len),
-                _http_tensor("request_output_len", out_len),
-                _http_tensor("end_id", end_id),
-                _http_tensor("pad_id", pad_id),
-            ],
-            request_id=str(i),
-        )
+        inputs = [
+            T("input_ids", ids),
+            T("decoder_input_ids", decoder_ids),
+            T("input_lengths", in_len),
+            T("request_output_len", out_len),
+            T("end_id", end_id),
+            T("pad_id", pad_id),
+        ]
+        if return_log_probs:
+            inputs.append(T("return_log_probs", np.array([[True]], dtype=bool)))
+        result = client.infer(engine, inputs, request_id=str(i))
         output_ids = result.as_numpy("output_ids").astype(np.int32)
         seq_lengths = result.as_numpy("sequence_length")
+        if return_log_probs:
+            cum_log_probs = result.as_numpy("cum_log_probs").astype(np.float32)
+            output_log_probs = result.as_numpy("output_log_probs").astype(np.float32)
         result = client.infer(
             "postprocessing",
-            [_http_tensor("TOKENS_BATCH", output_ids), _http_tensor("SEQUENCE_LENGTH", seq_lengths)],
+            [T("TOKENS_BATCH", output_ids), T("SEQUENCE_LENGTH", seq_lengths)],
             request_id=str(i),
         )
         output0 = result.as_numpy("OUTPUT")
-        result = client.infer(
-            "ensemble_unary",
-            [
-                _http_tensor("text_input", np.array(input0).astype(object)),
-                _http_tensor("max_tokens", output0_len),
-                _http_tensor("bad_words", np.array([[""]], dtype=object)),
-                _http_tensor("stop_words", np.array([[""]], dtype=object)),
-            ],
-            outputs=[httpclient.InferRequestedOutput("text_output")],
-            request_id=str(i),
-        )
+        inputs = [
+            T("text_input", np.array(input0).astype(object)),
+            T("max_tokens", output0_len),
+            T("bad_words", np.array([[""]], dtype=object)),
+            T("stop_words", np.array([[""]], dtype=object)),
+        ]
+        outputs = [client_module.InferRequestedOutput("text_output")]  # utils.prepare_outputs
+        if return_log_probs:
+            inputs.append(T("return_log_probs", np.array([[True]], dtype=bool)))
+            outputs += [
+                client_module.InferRequestedOutput("cum_log_probs"),
+                client_module.InferRequestedOutput("output_log_probs"),
+            ]
+        result = client.infer(ensemble, inputs, outputs=outputs, request_id=str(i))
         ensemble_output = result.as_numpy("text_output")
         assert output0 == ensemble_output
+        if return_log_probs:
+            assert cum_log_probs == result.as_numpy("cum_log_probs")
+            assert (output_log_probs == result.as_numpy("output_log_probs")).all()
+
+    # test_performance: warm-up infers, then every prompt at once with async_infer.
+    def create_inputs(prompt, output_len):
+        input0 = [[prompt]]
+        return [
+            T("text_input", np.array(input0).astype(object)),
+            T("max_tokens", np.ones_like(input0).astype(np.int32) * output_len),
+            T("bad_words", np.array([[""]], dtype=object)),
+            T("stop_words", np.array([[""]], dtype=object)),
+        ]
+
+    outputs = [client_module.InferRequestedOutput("text_output")]
+    client.infer(ensemble, create_inputs(*dataset[0]), outputs=outputs, request_id="0")
+    if client_module is httpclient:
+        pending = [
+            client.async_infer(ensemble, create_inputs(p, n), outputs=outputs, request_id=str(i))
+            for i, (p, n) in enumerate(dataset)
+        ]
+        results = [r.get_result() for r in pending]  # utils.get_http_results
+    else:
+        done: queue.Queue = queue.Queue()
+        for i, (p, n) in enumerate(dataset):
+            client.async_infer(
+                ensemble,
+                create_inputs(p, n),
+                outputs=outputs,
+                callback=lambda result, error: done.put((result, error)),
+                request_id=str(i),
+            )
+        results = []
+        for _ in dataset:  # utils.get_grpc_results: raises on an error
+            result, error = done.get(timeout=120)
+            assert error is None, error
+            results.append(result)
+    assert all(r.as_numpy("text_output")[0] for r in results)
+    client.close()
+
+
+def test_end_to_end_test_functionality(layout_server):
+    """end_to_end_test.py against the default (streaming) deployment: `tensorrt_llm` and `ensemble` are
+    decoupled here, so its unary calls on them go to the twins `tensorrt_llm_unary` and `ensemble_unary`
+    (the only change; the test below runs it unchanged on a serving.streaming: false deployment)."""
+    _end_to_end_test(httpclient, layout_server.http, "tensorrt_llm_unary", "ensemble_unary", return_log_probs=True)
+
+
+@pytest.fixture(scope="module", params=["torch", "tensorrtllm"])
+def unary_server(request, tmp_path_factory):
+    """serving.streaming: false (upstream's decoupled_mode: false): tensorrt_llm and the ensemble answer
+    unary infer themselves."""
+    layout = request.param
+    work = tmp_path_factory.mktemp(f"unary-{layout}")
+    spec = yaml.safe_load((ROOT / ("specs/tiny.yaml" if layout == "torch" else "specs/tiny-trtllm.yaml")).read_text())
+    spec["name"] = f"unary-{layout}"
+    spec["serving"] = {**spec.get("serving", {}), "streaming": False}
+    path = work / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    server = start_server(path, work, standin=layout == "tensorrtllm")
+    yield server
+    stop(server)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_end_to_end_test_unchanged_on_a_unary_deployment(unary_server, protocol):
+    """end_to_end_test.py exactly as it is (unary infer on `tensorrt_llm` and `ensemble`), HTTP and gRPC."""
+    if protocol == "http":
+        _end_to_end_test(httpclient, unary_server.http, "tensorrt_llm", "ensemble", return_log_probs=True)
+    else:
+        _end_to_end_test(grpcclient, unary_server.grpc, "tensorrt_llm", "ensemble", return_log_probs=True)
 
 
 # --- stop words as upstream matches them ---------------------------------------------------------------
@@ -449,3 +529,38 @@ def test_exclude_input_in_output_false_echoes_the_prompt_as_sent(layout_server, 
         generated = generate(layout_server, body).json()["text_output"]
         echoed = generate(layout_server, {**body, "exclude_input_in_output": False}).json()["text_output"]
     assert echoed == prompt + generated, (echoed, generated)
+
+
+# --- batch > 1 and num_return_sequences: refused by name ----------------------------------------------
+
+
+def test_batches_and_several_sequences_are_refused_naming_the_input(layout_server):
+    """end_to_end_grpc_client.py --batch-inputs (two prompts in one request), -n 2 (num_return_sequences)
+    and a client asking for batch_index / sequence_index, and a token-level request of two sequences:
+    each is INVALID_ARGUMENT naming the input (one prompt and one sequence per request here; upstream
+    serves them)."""
+    client = grpcclient.InferenceServerClient(layout_server.grpc)
+    two = [
+        _tensor("text_input", np.array([["What is machine learning?"], ["Who are you?"]]).astype(object)),
+        _tensor("max_tokens", np.array([[8], [8]], dtype=np.int32)),
+    ]
+    one = _e2e_grpc_inputs("What is machine learning?", 8)
+    n2 = one + [_tensor("num_return_sequences", np.array([[2]], dtype=np.int32))]
+    tokens2 = [
+        _tensor("input_ids", np.array([PROMPT_IDS, PROMPT_IDS], dtype=np.int32)),
+        _tensor("input_lengths", np.array([[len(PROMPT_IDS)]] * 2, dtype=np.int32)),
+        _tensor("request_output_len", np.array([[8]] * 2, dtype=np.int32)),
+    ]
+    cases = [
+        ("ensemble_unary", two, None, "text_input"),
+        ("ensemble_unary", n2, None, "num_return_sequences"),
+        ("ensemble_unary", one, [grpcclient.InferRequestedOutput("batch_index")], "batch_index"),
+        ("ensemble_unary", one, [grpcclient.InferRequestedOutput("sequence_index")], "sequence_index"),
+        ("tensorrt_llm_unary", tokens2, None, "input_ids"),
+    ]
+    for model, inputs, outputs, name in cases:
+        with pytest.raises(InferenceServerException) as info:
+            client.infer(model, inputs, outputs=outputs)
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", (name, info.value)
+        assert name in info.value.message(), (name, info.value)
+    client.close()
