@@ -114,6 +114,8 @@ class Run:
             api = e if isinstance(e, APIError) else from_client_error(e)
             if api.status == 400 and self.guide is not None and "guided_decoding" in api.message:
                 api.param = self.guide.param  # the engine names its input; the client's field is this
+            elif api.status == 400 and TOP_LOG_PROBS in api.message:
+                api.param = "top_logprobs" if isinstance(self.req, ChatCompletionRequest) else "logprobs"
             m.error(api.status)
             if api is e:
                 raise
