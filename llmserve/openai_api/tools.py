@@ -21,7 +21,7 @@ The guided modes need the engine's `guided_decoding_guide_type` / `guided_decodi
 fields by name.
 
 Tool-call formats (how a model writes a call and how its template shows tools): `hermes`, used by
-Qwen 2.5, Hermes 2/3 and SmolLM3, writes `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+Qwen 2.5 and Hermes 2/3, writes `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
 (newlines around the JSON allowed). A template that does not mention `tools` (SmolLM2-135M's, which
 has no tool support) gets the tools in a system message written in that format, earlier calls as
 such blocks in the assistant's content and tool results as `<tool_response>` blocks; a template that
