@@ -196,7 +196,9 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
                         yield chunk(k, delta, logprobs)
                 elif done.chat:
                     last, reason = b.finish(done.runs[k].finish_reason)
-                    yield chunk(k, last, None, reason)
+                    if last:  # what was held back (tool calls, text), then the finish reason alone, as OpenAI
+                        yield chunk(k, last, None)
+                    yield chunk(k, {}, None, reason)
                 else:
                     yield chunk(k, b.flush(), None, done.runs[k].finish_reason)
                 item = await anext(gen, None)
