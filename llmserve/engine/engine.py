@@ -33,6 +33,7 @@ from ..errors import EngineBusy, EngineUnavailable
 from ..finish import FinishReason
 from ..logs import Throttle
 from ..text.stop_words import StopMatcher, ends_with_any
+from . import guided
 from .llama import LlamaModel
 from .sampling import sample
 from .sequence import EngineStats, Sequence
@@ -89,6 +90,8 @@ class Engine:
         p = seq.params
         if p.stop_words:
             seq.stop = StopMatcher(self.tokenizer, p.stop_words, self.skip_special_tokens)
+        if p.grammar is not None:
+            seq.matcher = guided.matcher(p.grammar, p.end_ids)
         if not p.greedy:
             seed = p.seed if p.seed is not None else secrets.randbits(63)
             seq.generator = torch.Generator(device=self.model.device).manual_seed(seed)
@@ -261,7 +264,8 @@ class Engine:
         picked, slow = [], []
         for i, s in enumerate(seqs):
             p, tok = s.params, res.tokens[i]
-            if p.greedy and p.plain and not (tok in p.end_ids and len(s.generated) < p.min_tokens):
+            plain = p.greedy and p.plain and s.matcher is None  # a guided row needs its grammar's mask
+            if plain and not (tok in p.end_ids and len(s.generated) < p.min_tokens):
                 picked.append((s, tok, res.logprobs[i]))
             else:
                 slow.append(i)
@@ -270,6 +274,10 @@ class Engine:
         return picked
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, int, float]]:
+        """Every path (prefill eager or graphed, decode eager, graphed rows that need more than argmax)
+        samples here, so guided rows always get their grammar's mask; a step without one does no
+        grammar work (masker() is None)."""
+        mask = guided.masker([s.matcher for s in seqs])
         try:
             tokens, logprobs = sample(
                 logits,
@@ -277,13 +285,21 @@ class Engine:
                 [s.prompt for s in seqs],
                 [s.generated for s in seqs],
                 [s.generator for s in seqs],
+                constrain=mask,
             )
             return list(zip(seqs, tokens, logprobs))
         except Exception:  # isolate the culprit: one request's bad sampling must not fail the batch
             picked = []
             for i, s in enumerate(seqs):
                 try:
-                    (tok,), (lp,) = sample(logits[i : i + 1], [s.params], [s.prompt], [s.generated], [s.generator])
+                    (tok,), (lp,) = sample(
+                        logits[i : i + 1],
+                        [s.params],
+                        [s.prompt],
+                        [s.generated],
+                        [s.generator],
+                        constrain=guided.masker([s.matcher]),
+                    )
                     picked.append((s, tok, lp))
                 except Exception as e:
                     self.throttle.exception(
@@ -301,6 +317,10 @@ class Engine:
         for seq, tok, lp in picked:
             self.stats.generated_tokens += 1
             p = seq.params
+            if seq.matcher is not None and not seq.matcher.accept_token(tok):
+                # Only when nothing the grammar allows survived the other masks (bad_words, ...).
+                self._finish(seq, FinishReason.ERROR, f"guided decoding: token {tok} does not match the grammar")
+                continue
             if tok in p.end_ids and len(seq.generated) >= p.min_tokens:
                 seq.finish_reason = FinishReason.STOP  # the end token itself is not part of the output
             else:

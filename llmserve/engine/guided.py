@@ -65,32 +65,17 @@ def grammar_of(guide_type: str, guide: str) -> xgr.Grammar:
         raise GuideError(f"is not a valid {guide_type}: {_clean(e)}") from None
 
 
-def tokenizer_info_from_hf(tokenizer, vocab_size: int, stop_token_ids: Sequence[int]) -> xgr.TokenizerInfo:
+def tokenizer_info_from_hf(tokenizer, vocab_size: int, stop_token_ids: Sequence[int] | None) -> xgr.TokenizerInfo:
     """From the checkpoint's own HF tokenizer (the torch engine, at load; no downloads). vocab_size is
     the model's (its lm_head rows): the bitmask covers every logit, padding rows included (never allowed)."""
-    return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids))
-
-
-# The tokenizer-info file TensorRT-LLM's C++ backend reads (`xgrammar_tokenizer_info_path`): one JSON
-# object with the vocabulary in id order, the fast tokenizer's serialized form (xgrammar derives the
-# vocabulary's encoding from it) and the stop token ids.
-def tokenizer_info_dict(tokenizer) -> dict:
-    vocab = tokenizer.get_vocab()
-    return {
-        "encoded_vocab": [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])],
-        "tokenizer_str": tokenizer.backend_tokenizer.to_str(),
-        "stop_token_ids": [tokenizer.eos_token_id],
-    }
-
-
-def write_tokenizer_info(tokenizer, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(tokenizer_info_dict(tokenizer)))
-    return path
+    stops = list(stop_token_ids) if stop_token_ids else None  # None: the tokenizer's eos token
+    return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
 
 
 def tokenizer_info_from_file(path: str | Path, vocab_size: int) -> xgr.TokenizerInfo:
-    """What the C++ backend builds from the file (the stand-in reads it the same way)."""
+    """What the C++ backend builds from the file text/xgrammar_info.py writes (the stand-in reads it
+    the same way): xgrammar's TokenizerInfo from the vocabulary and the encoding it detects in the
+    serialized tokenizer."""
     data = json.loads(Path(path).read_text())
     meta = xgr.TokenizerInfo._detect_metadata_from_hf(data["tokenizer_str"])
     return xgr.TokenizerInfo(
@@ -153,9 +138,6 @@ class Masker:
         for i in self.rows:
             self.matchers[i].fill_next_token_bitmask(bitmask, i)
         xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=self.rows)
-
-    def subset(self, rows: list[int]) -> Masker | None:
-        return masker([self.matchers[i] for i in rows])
 
 
 def masker(matchers: list[xgr.GrammarMatcher | None]) -> Masker | None:

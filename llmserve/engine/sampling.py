@@ -3,6 +3,8 @@ with a per-request generator so a seeded request samples the same tokens whateve
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .params import SamplingParams, trtllm_top_k_top_p  # noqa: F401  (the engine samples with them)
@@ -45,9 +47,16 @@ def sample(
     prompts: list[list[int]],
     generated: list[list[int]],
     generators: list[torch.Generator | None],
+    constrain: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[list[int], list[float]]:
-    """logits: [B, V] float32 -> (token per row, log-probability of that token under the model)."""
+    """logits: [B, V] float32 -> (token per row, log-probability of that token under the model).
+    constrain: masks the logits in place before anything else (guided decoding: engine/guided.Masker);
+    the log-probs stay the model's own (before the mask, the penalties and the temperature), as
+    OpenAI's and TensorRT-LLM's are."""
     logprobs_all = torch.log_softmax(logits, dim=-1)
+    if constrain is not None:
+        logits = logits.clone()  # the caller's logits may be a graph's output buffer
+        constrain(logits)
     # min_tokens: forbid the end tokens of rows still short of it, in one indexed write for the batch.
     rows = [(i, e) for i, p in enumerate(params) if p.end_ids and len(generated[i]) < p.min_tokens for e in p.end_ids]
     if rows:

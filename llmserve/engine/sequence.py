@@ -36,6 +36,7 @@ class Sequence:
     error: str | None = None  # what failed, when finish_reason is ERROR
     stop: StopMatcher | None = None
     generator: torch.Generator | None = None
+    matcher: object | None = None  # guided decoding: its xgrammar GrammarMatcher (engine/guided.py)
     arrival: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")  # monotonic time after which the request is cancelled
     last_emit_at: float = float("-inf")

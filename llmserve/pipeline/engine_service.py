@@ -9,14 +9,16 @@ from collections.abc import Callable
 import numpy as np
 
 from ..contract import CANCELLED_MESSAGE, TIMEOUT_PREFIX
+from ..engine import guided
 from ..engine.engine import Engine
 from ..engine.loader import load_model
 from ..engine.sequence import Sequence
 from ..errors import RequestError
 from ..finish import FinishReason
+from ..request.guided import GUIDE, Guide
 from ..request.reader import Reader
 from ..request.token_request import EngineRequest, parse_engine_request
-from ..text.tokenizer import load_fast
+from ..text.tokenizer import load_fast, load_hf_tokenizer
 from .cancellation import CancelRegistry
 from .options import EngineOptions
 from .stream_output import TokenStream
@@ -26,7 +28,10 @@ Send = Callable[["dict[str, np.ndarray] | None", bool, "FinishReason | None", "s
 
 
 class EngineService:
-    def __init__(self, opts: EngineOptions):
+    def __init__(self, opts: EngineOptions, tokenizer_info_path: str | None = None):
+        """Guided decoding sees the vocabulary through xgrammar's tokenizer info: built from the
+        checkpoint's own HF tokenizer (local files only), or, for the stand-in, read from the file the
+        C++ backend reads (xgrammar_tokenizer_info_path, text/xgrammar_info.py)."""
         self.opts = opts
         self.tokenizer = load_fast(opts.checkpoint_dir)
         self.model = load_model(
@@ -39,6 +44,13 @@ class EngineService:
             threads=opts.threads,
             max_input_len=opts.max_input_len,
         )
+        if tokenizer_info_path:
+            tokenizer_info = guided.tokenizer_info_from_file(tokenizer_info_path, self.model.cfg.vocab_size)
+        else:
+            tokenizer_info = guided.tokenizer_info_from_hf(
+                load_hf_tokenizer(opts.checkpoint_dir), self.model.cfg.vocab_size, self.model.cfg.eos_token_ids
+            )
+        self.grammars = guided.GrammarCache(tokenizer_info)
         self.engine = Engine(
             self.model,
             self.tokenizer,
@@ -64,9 +76,17 @@ class EngineService:
             exclude_default=self.opts.exclude_input_in_output,
             decode_word=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
         )
-        if req.guide is not None:  # the contract is landed before the engine enforces it: never ignored
-            raise RequestError("guided_decoding_guide_type", "guided decoding is not enforced by this engine yet")
+        if req.guide is not None:
+            req.params.grammar = self.compile(req.guide)
         return req
+
+    def compile(self, guide: Guide):
+        """The guide compiled against this engine's vocabulary (cached per type and guide). On the
+        request's thread, before it is submitted: a bad guide never takes an engine slot."""
+        try:
+            return self.grammars.compile(guide.type, guide.guide)
+        except guided.GuideError as e:
+            raise RequestError(GUIDE, str(e)) from None
 
     def submit(
         self,

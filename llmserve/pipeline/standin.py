@@ -13,6 +13,10 @@ interface (trtllm/upstream.py, model_instance_state.cc / utils.cc of TensorRT-LL
 - stop and bad words at the token level (each word's ids as a sequence); a stop word ends the request
   with its tokens in the output;
 - the `stop` input cancels every request with the same Triton request id (pipeline/cancellation.py);
+- guided decoding (`guided_decoding_guide_type` / `guided_decoding_guide`) when the config sets
+  `guided_decoding_backend: xgrammar` and an existing `xgrammar_tokenizer_info_path`: xgrammar's
+  tokenizer info is read from that file, as the backend does, and the guide enforced by the torch
+  engine's code (engine/guided.py); without them a guided request is refused;
 - the backend's checks and messages for bad input (all TRITONSERVER_ERROR_INTERNAL).
 
 Generation itself is llmserve's torch engine (in-flight batching), so the numbers are the torch
@@ -24,12 +28,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..engine.sampling import SamplingParams, trtllm_top_k_top_p
 from ..engine.sequence import Sequence
+from ..errors import RequestError
 from ..finish import FinishReason
+from ..request.guided import Guide, read_guide
 from ..request.word_lists import from_word_list
 from ..text.stop_words import ends_with_any
 from ..trtllm import upstream as U
@@ -58,6 +65,7 @@ class BackendParams:
     max_beam_width: int
     gpt_model_path: str
     standin: dict[str, str]
+    xgrammar_tokenizer_info_path: str = ""  # set: guided decoding is on (guided_decoding_backend xgrammar)
 
 
 def read_parameters(params: dict[str, str]) -> BackendParams:
@@ -96,6 +104,8 @@ def read_parameters(params: dict[str, str]) -> BackendParams:
         exclude_input_in_output=optional_bool("exclude_input_in_output"),
         max_beam_width=beam,
         gpt_model_path=params["gpt_model_path"],
+        # The backend builds its guided-decoding config only with both set (getGuidedDecodingConfigFromParams).
+        xgrammar_tokenizer_info_path=info if backend and info else "",
         standin={k[len(STANDIN_PREFIX) :]: v for k, v in params.items() if k.startswith(STANDIN_PREFIX)},
     )
 
@@ -114,6 +124,7 @@ class BackendRequest:
     return_log_probs: bool
     params: SamplingParams
     stop_words: list[list[int]]
+    guide: Guide | None = None
 
 
 def _scalar(read: Reader, name: str):
@@ -199,8 +210,10 @@ def parse_request(
         )
     max_new = min(int(max_new), max_seq_len - len(prompt))  # the executor clamps, with a warning
     seed = _scalar(read, "seed")
-    if _scalar(read, "guided_decoding_guide_type"):  # not enforced yet: refused rather than ignored
-        raise BackendError("the stand-in does not enforce guided decoding yet")
+    try:
+        guide = read_guide(read)
+    except RequestError as e:  # the executor refuses these too; its exact wording is not known here
+        raise BackendError(f"Invalid guided decoding parameters: {e}") from None
     # The sampling layers' rule (unset = 0): top_k == 0 and top_p == 0 is greedy, top_k alone is top-k.
     top_k, top_p = trtllm_top_k_top_p(int(top_k or 0), top_p or 0.0)
     params = SamplingParams(
@@ -224,6 +237,7 @@ def parse_request(
         return_log_probs=bool(_scalar(read, "return_log_probs") or False),
         params=params,
         stop_words=_word_list(read, "stop_words_list"),
+        guide=guide,
     )
 
 
@@ -299,13 +313,18 @@ class Standin:
     def __init__(self, params: dict[str, str], resolve: Callable[[str], str], decoupled: bool):
         self.backend = read_parameters(params)  # fails the load as the C++ backend would
         self.decoupled = decoupled
-        self.service = EngineService(EngineOptions.from_params(self.backend.standin, resolve))
+        info = self.backend.xgrammar_tokenizer_info_path
+        if info and not Path(info).is_file():  # the backend checks the path it is given exists
+            raise BackendError(f"Tokenizer info file {info} does not exist")
+        # The same guided decoding as the torch engine (engine/guided.py), on the tokenizer info the
+        # C++ backend reads from the file the build wrote.
+        self.service = EngineService(EngineOptions.from_params(self.backend.standin, resolve), info or None)
         self.engine = self.service.engine
         self.active = CancelRegistry()
 
     def parse(self, read: Reader) -> BackendRequest:
         opts, model = self.service.opts, self.service.model.cfg
-        return parse_request(
+        req = parse_request(
             read,
             decoupled=self.decoupled,
             exclude_default=self.backend.exclude_input_in_output,
@@ -315,6 +334,16 @@ class Standin:
             max_beam_width=self.backend.max_beam_width,
             default_end_ids=tuple(model.eos_token_ids),
         )
+        if req.guide is not None:
+            if not self.backend.xgrammar_tokenizer_info_path:  # ours: the executor's wording is not known
+                raise BackendError(
+                    "guided decoding is not configured (guided_decoding_backend and xgrammar_tokenizer_info_path)"
+                )
+            try:
+                req.params.grammar = self.service.compile(req.guide)
+            except RequestError as e:
+                raise BackendError(f"Invalid guided decoding parameters: {e}") from None
+        return req
 
     def stop(self, triton_id: str) -> None:
         """`stop` = true: cancel every request with this id; an unknown id is not an error (it may

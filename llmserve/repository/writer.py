@@ -14,6 +14,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .. import contract as C
 from ..pbtxt import HEADER, parse_pbtxt, to_pbtxt
 from ..spec import ROOT, Spec
+from ..spec.trtllm import engine_dir, xgrammar_tokenizer_info_path
+from ..trtllm.build import write_xgrammar_tokenizer_info
 from ..trtllm.config import tensorrtllm_engine
 from . import python_models as render
 
@@ -78,6 +80,10 @@ def write_repository(spec: Spec, spec_name: str, out: Path, standin: bool = Fals
     earlier run generated that the spec no longer has (say the twins after unary_twins: false) are
     removed, or tritonserver would still load them."""
     out = out.resolve()
+    if standin and spec.checkpoint_path().exists() and not xgrammar_tokenizer_info_path(spec).exists():
+        # The stand-in stands in for the engine build too: the C++ backend's config names the
+        # tokenizer-info file the build writes (guided decoding), and a named file must exist.
+        write_xgrammar_tokenizer_info(spec, engine_dir(spec))
     written = _render(spec, spec_name, out, out, standin)
     keep = {p.relative_to(out).parts[0] for p in written}
     for stale in _generated_models(out) - keep:

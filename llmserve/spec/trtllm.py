@@ -151,6 +151,12 @@ def engine_dir(spec):
     return resolve(t.engine_dir or f"build/trtllm/{spec.name}/engine")
 
 
+def xgrammar_tokenizer_info_path(spec):
+    """The tokenizer-info file for guided decoding, written into the engine directory at build
+    (text/xgrammar_info.py), as upstream's build scripts put it next to the engine."""
+    return engine_dir(spec) / "xgrammar_tokenizer_info.json"
+
+
 def trtllm_checkpoint_dir(spec):
     t = spec.engine.tensorrtllm
     return resolve(t.trtllm_checkpoint_dir or f"build/trtllm/{spec.name}/checkpoint")

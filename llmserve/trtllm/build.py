@@ -6,8 +6,10 @@
      scripts do) run as `python -m llmserve.trtllm.build convert ...`,
   3. `trtllm-build` with the flags in-flight batching needs (GPT attention plugin, packed input,
      paged KV cache; use_paged_context_fmha for KV reuse / chunked context),
-  4. a build manifest next to the engine (llmserve-build.json: spec hash, TensorRT-LLM version,
-     flags, commands), written last; the engine appears under its final name only when complete.
+  4. the tokenizer-info file guided decoding needs (xgrammar_tokenizer_info.json, from the
+     checkpoint's tokenizer: text/xgrammar_info.py) and a build manifest next to the engine
+     (llmserve-build.json: spec hash, TensorRT-LLM version, flags, commands), written last; the
+     engine appears under its final name only when complete.
 
 Everything is validated before anything runs. `--dry-run` prints the exact commands and needs
 neither TensorRT-LLM nor a GPU. Build inside the same image that serves: an engine deserializes only
@@ -28,7 +30,9 @@ from pathlib import Path
 
 from ..checkpoint import build_checkpoint, is_built
 from ..spec import ROOT, Spec
-from ..spec.trtllm import engine_dir, max_num_tokens, trtllm_checkpoint_dir
+from ..spec.trtllm import engine_dir, max_num_tokens, trtllm_checkpoint_dir, xgrammar_tokenizer_info_path
+from ..text import xgrammar_info
+from ..text.tokenizer import load_hf_tokenizer
 from . import upstream as U
 from .config import model_shape
 from .placement import ModelShape
@@ -233,12 +237,16 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
         print(shlex.join(cmds["convert"]))
         print("# 3. build the engine")
         print(shlex.join(cmds["build"]))
-        print(f"# 4. write {MANIFEST} into it, then rename {partial(out).name} -> {out.name}")
+        print(
+            f"# 4. write {xgrammar_info.FILE_NAME} and {MANIFEST} into it, then rename {partial(out).name} -> {out.name}"
+        )
         if _manifest_matches(out, build_sha) and not force:
             print(f"# (the engine in {out} already matches these flags: a real run would skip 2-4)")
         return 0
 
     if _manifest_matches(out, build_sha) and not force:
+        if not xgrammar_tokenizer_info_path(spec).exists():  # an engine built before guided decoding
+            write_xgrammar_tokenizer_info(spec, out)
         log.info(f"engine {out} is up to date (same flags; --force rebuilds)")
         return 0
     version = trtllm_version()
@@ -266,6 +274,7 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
         log.info(f"TensorRT-LLM checkpoint {tllm} is up to date")
     shutil.rmtree(partial(out), ignore_errors=True)
     _run(cmds["build"])
+    write_xgrammar_tokenizer_info(spec, partial(out))
     manifest = {
         "spec": str(spec_path),
         "spec_name": spec.name,
@@ -284,6 +293,14 @@ def build_trtllm_engine(spec: Spec, spec_path, dry_run: bool = False, force: boo
     partial(out).rename(out)
     log.info(f"engine ready at {out} (TensorRT-LLM {version}, {manifest['build_seconds']} s)")
     return 0
+
+
+def write_xgrammar_tokenizer_info(spec: Spec, out: Path) -> Path:
+    """What upstream's generate_xgrammar_tokenizer_info.py writes, from the checkpoint's own tokenizer
+    (local files only), into `out` (the engine directory, or the one being built): the config's
+    xgrammar_tokenizer_info_path (spec/trtllm.xgrammar_tokenizer_info_path) names it there."""
+    tok = load_hf_tokenizer(str(spec.checkpoint_path()), spec.model.trust_remote_code)
+    return xgrammar_info.write(tok, out / xgrammar_info.FILE_NAME)
 
 
 # --- conversion (runs where TensorRT-LLM is installed) -------------------------------------------

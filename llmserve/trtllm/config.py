@@ -26,7 +26,7 @@ from .. import contract as C
 from ..checkpoint import package_dir
 from ..pbtxt import dynamic_batching, io, params
 from ..spec import ROOT, Spec, resolve
-from ..spec.trtllm import engine_dir, max_num_tokens
+from ..spec.trtllm import engine_dir, max_num_tokens, xgrammar_tokenizer_info_path
 from . import placement as P
 from . import upstream as U
 
@@ -380,10 +380,13 @@ def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
             gpt_model_type="inflight_fused_batching",
             # Absolute: the backend resolves it against the process cwd (std::filesystem::exists).
             gpt_model_path=str(where),
-            # Read without a default by the backend (upstream.py): "" keeps guided decoding off.
-            tokenizer_dir="",
-            xgrammar_tokenizer_info_path="",
-            guided_decoding_backend="",
+            # Guided decoding (guided_decoding_guide_type / _guide) with xgrammar, as upstream's
+            # guided_decoding.md sets it up: the C++ backend reads the tokenizer-info file the build
+            # writes into the engine directory (absolute, as gpt_model_path); tokenizer_dir is what
+            # upstream's Python backend reads instead (the C++ one logs that it ignores it).
+            tokenizer_dir=str(spec.checkpoint_path()),
+            xgrammar_tokenizer_info_path=str(xgrammar_tokenizer_info_path(spec)),
+            guided_decoding_backend="xgrammar",
             max_beam_width=lim.max_beam_width,
             FORCE_CPU_ONLY_INPUT_TENSORS="no",
             batch_scheduler_policy=t.batch_scheduler_policy,

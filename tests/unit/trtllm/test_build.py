@@ -4,6 +4,7 @@ real SmolLM2 checkpoint."""
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,8 @@ def write_spec(tmp_path: Path, hf: dict | None = None, engine: dict | None = Non
     src = tmp_path / "hf"
     src.mkdir(exist_ok=True)
     (src / "config.json").write_text(json.dumps({**TINY_LLAMA, **(hf or {})}))
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # the tokenizer-info file is built from them
+        shutil.copy(ROOT / "build/checkpoints/smollm2-135m-instruct" / name, src / name)
     spec = {
         "name": "tiny",
         "model": {"source": {"kind": "hf_checkpoint", "path": str(src)}, "checkpoint_dir": str(tmp_path / "ckpt")},
@@ -197,6 +200,11 @@ def test_build_sequence_with_fake_tensorrt_llm(tmp_path, monkeypatch):
     assert not (tmp_path / "engine.partial").exists() and (engine / "rank0.engine").exists()
     assert (tmp_path / "ckpt" / "config.json").exists()  # step 1 really ran (hf_checkpoint copy)
     assert len(ran) == 2
+    info = json.loads((engine / "xgrammar_tokenizer_info.json").read_text())  # guided decoding's, as upstream's
+    assert set(info) == {"encoded_vocab", "tokenizer_str", "stop_token_ids"} and len(info["encoded_vocab"]) == 49152
+    # An engine built before guided decoding gets the file on the next (up-to-date) run.
+    (engine / "xgrammar_tokenizer_info.json").unlink()
+    assert B.build_trtllm_engine(spec, spec_path) == 0 and (engine / "xgrammar_tokenizer_info.json").exists()
     # Same spec again: nothing to do. --force rebuilds; a changed flag rebuilds the engine only.
     assert B.build_trtllm_engine(spec, spec_path) == 0 and len(ran) == 2
     assert B.build_trtllm_engine(spec, spec_path, force=True) == 0 and len(ran) == 4

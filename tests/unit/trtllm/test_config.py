@@ -135,8 +135,10 @@ def test_core_parameters(tmp_path):
     p = params(cfg)
     assert p["gpt_model_type"] == "inflight_fused_batching"
     assert p["gpt_model_path"] == str(tmp_path / "engine")  # absolute: the backend resolves it against its cwd
-    for key in ("tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend"):
-        assert p[key] == ""  # read without a default: a config without them does not load
+    # guided decoding as upstream's guided_decoding.md: the file the build writes into the engine directory
+    assert p["guided_decoding_backend"] == "xgrammar"
+    assert p["xgrammar_tokenizer_info_path"] == str(tmp_path / "engine" / "xgrammar_tokenizer_info.json")
+    assert p["tokenizer_dir"] == str(spec.checkpoint_path())
     assert p["recv_poll_period_ms"] == "1"  # not the backend's busy loop
     assert p["cuda_graph_mode"] == "false"
     assert "kv_cache_host_memory_bytes" not in p and "max_attention_window_size" not in p

@@ -1,0 +1,123 @@
+"""engine/guided.py and its use in the engine: grammars compiled once per (type, guide) and evicted
+least recently used first; the mask touches only guided rows; a guided sequence's output matches its
+grammar even from a random model (which would never produce it by chance), ends with the end token
+only when the grammar is complete, and an unguided sequence batched with it is unchanged."""
+
+import re
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from llmserve.engine import guided
+from llmserve.engine.llama import LlamaModel
+from llmserve.engine.sampling import SamplingParams
+from llmserve.engine.sequence import Sequence
+from llmserve.finish import FinishReason
+from llmserve.text import xgrammar_info
+from llmserve.text.tokenizer import load_fast
+
+from .helpers import make_engine
+
+
+@pytest.fixture(scope="module")
+def hf_tok(tiny_llama):
+    return AutoTokenizer.from_pretrained(tiny_llama, local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def info(hf_tok):
+    return guided.tokenizer_info_from_hf(hf_tok, len(hf_tok), [hf_tok.eos_token_id])
+
+
+def test_compiled_grammars_are_cached_per_type_and_guide_lru(info):
+    cache = guided.GrammarCache(info, capacity=2)
+    a = cache.compile("regex", "[0-9]+")
+    assert cache.compile("regex", "[0-9]+") is a and (cache.hits, cache.misses) == (1, 1)
+    cache.compile("ebnf_grammar", "root ::= [0-9]+")  # same language, other type: its own entry
+    cache.compile("regex", "[0-9]+")  # a is now the most recent
+    cache.compile("json", "")  # evicts the ebnf entry, the least recently used
+    assert cache.compile("regex", "[0-9]+") is a
+    assert cache.misses == 3
+    cache.compile("ebnf_grammar", "root ::= [0-9]+")
+    assert cache.misses == 4
+
+
+def test_the_mask_touches_only_guided_rows(info, hf_tok):
+    cache = guided.GrammarCache(info)
+    m = guided.matcher(cache.compile("regex", "[0-9]+"), [hf_tok.eos_token_id])
+    assert guided.masker([None, None]) is None  # an unguided step does no grammar work
+    logits = torch.randn(3, len(hf_tok))
+    before = logits.clone()
+    guided.masker([None, m, None])(logits)
+    assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
+    allowed = torch.isfinite(logits[1]).nonzero().flatten().tolist()
+    assert allowed and all(re.fullmatch(r"[0-9]+", hf_tok.decode([t])) for t in allowed)
+    assert hf_tok.eos_token_id not in allowed  # nothing matched yet: the grammar is not complete
+    assert m.accept_token(hf_tok.convert_tokens_to_ids("7"))
+    logits = torch.zeros(1, len(hf_tok))
+    guided.masker([m])(logits)
+    assert torch.isfinite(logits[0, hf_tok.eos_token_id])  # complete: the end token is allowed now
+
+
+def test_bad_guides_raise_guide_error(info):
+    cache = guided.GrammarCache(info)
+    with pytest.raises(guided.GuideError, match="not a valid regex"):
+        cache.compile("regex", "(")
+    with pytest.raises(guided.GuideError, match="must be one of"):
+        cache.compile("xml", "<a/>")
+
+
+def test_the_tokenizer_info_file_gives_the_same_masks(tmp_path, hf_tok, info):
+    path = xgrammar_info.write(hf_tok, tmp_path / xgrammar_info.FILE_NAME)
+    from_file = guided.tokenizer_info_from_file(path, len(hf_tok))
+    assert (from_file.vocab_size, from_file.vocab_type, from_file.stop_token_ids) == (
+        info.vocab_size,
+        info.vocab_type,
+        info.stop_token_ids,
+    )
+    masks = []
+    for i in (info, from_file):
+        m = guided.matcher(guided.GrammarCache(i).compile("json", ""), [hf_tok.eos_token_id])
+        logits = torch.zeros(1, len(hf_tok))
+        guided.masker([m])(logits)
+        masks.append(torch.isfinite(logits))
+    assert torch.equal(*masks)
+
+
+def _run(model_dir, hf_tok, info, requests):
+    """requests: (prompt ids, guide or None); greedy, one batch. -> [(text, finish reason)]"""
+    model = LlamaModel(model_dir, torch.device("cpu"), torch.float32, max_slots=4, max_seq_len=96)
+    engine = make_engine(model, load_fast(model_dir))
+    cache = guided.GrammarCache(info)
+    out = [None] * len(requests)
+    for i, (prompt, guide) in enumerate(requests):
+        grammar = cache.compile(*guide) if guide else None
+        params = SamplingParams(max_new_tokens=24, end_ids=(hf_tok.eos_token_id,), grammar=grammar)
+
+        def done(seq, tokens, lp, finished, why, i=i):
+            if finished:
+                out[i] = (hf_tok.decode(seq.generated), why)
+
+        engine.submit(Sequence(prompt=prompt, params=params, on_output=done, streaming=False))
+    while engine.running or engine.waiting:
+        engine.step()
+    return out
+
+
+def test_a_random_model_follows_the_grammar_and_unguided_rows_are_unaffected(tiny_llama, hf_tok, info):
+    prompts = [hf_tok.encode("Give me a number:"), hf_tok.encode("Hello there")]
+    (alone,) = _run(tiny_llama, hf_tok, info, [(prompts[1], None)])
+    phone, yes_no, plain = _run(
+        tiny_llama,
+        hf_tok,
+        info,
+        [
+            (prompts[0], ("regex", "[0-9]{3}-[0-9]{4}")),
+            (prompts[0], ("ebnf_grammar", 'root ::= "yes" | "no"')),
+            (prompts[1], None),
+        ],
+    )
+    assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", phone[0]) and phone[1] is FinishReason.STOP
+    assert yes_no[0] in ("yes", "no") and yes_no[1] is FinishReason.STOP
+    assert plain == alone  # batched with guided rows, greedy output as when alone
