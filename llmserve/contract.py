@@ -42,6 +42,17 @@ GUIDED_INPUTS = [Tensor("guided_decoding_guide_type", "STRING", (1,)), Tensor("g
 GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar", "structural_tag")
 MAX_GUIDE_CHARS = 65536  # a longer schema or grammar is refused before it is parsed
 
+# Ours, additive (TensorRT-LLM has no such outputs): `num_top_log_probs` (0..MAX_TOP_LOG_PROBS, default
+# 0) asks for the k most likely tokens at each generated position, from the same distribution as
+# output_log_probs (the model's own: before penalties, temperature and any grammar mask), as OpenAI's
+# `top_logprobs`. Answered per response as [tokens, k] (with the batch dimension [1, tokens, k]);
+# the ensemble always answers them, [tokens, 0] when none were asked for. The torch engine only: in
+# the tensorrtllm layout the relay refuses a request for them by name.
+TOP_LOG_PROBS = "num_top_log_probs"
+MAX_TOP_LOG_PROBS = 20
+TOP_OUTPUTS = [Tensor("top_token_ids", "INT32", (-1, -1)), Tensor("top_log_probs", "FP32", (-1, -1))]
+TOP_NAMES = tuple(t.name for t in TOP_OUTPUTS)
+
 # Ours, an input of the ensemble and of tensorrt_llm: how stop words match. "tokens" (absent: the
 # default) is upstream's way, each word's ids (tokenized alone) matched against the end of the generated
 # token sequence, the word's tokens kept in the output; "text" matches each word on the generated text
@@ -64,6 +75,7 @@ ENSEMBLE_INPUTS: list[Tensor] = [
     Tensor("seed", "UINT64", (1,)),
     *GUIDED_INPUTS,
     Tensor(STOP_WORDS_MATCH, "STRING", (1,)),  # ours: see STOP_WORDS_MATCH
+    Tensor(TOP_LOG_PROBS, "INT32", (1,)),  # ours: see TOP_LOG_PROBS
 ]
 ENSEMBLE_OUTPUTS: list[Tensor] = [
     Tensor("text_output", "STRING", (-1,)),
@@ -72,6 +84,7 @@ ENSEMBLE_OUTPUTS: list[Tensor] = [
     # Ours, additive: the token ids text_output was decoded from ([beam, tokens], one per log prob), so
     # a client can tell which token each log probability belongs to (the OpenAI frontend's `logprobs`).
     Tensor("output_token_ids", "INT32", (-1, -1)),
+    *TOP_OUTPUTS,  # ours: see TOP_LOG_PROBS
 ]
 
 # --- tensorrt_llm (token level; identical for the torch and the TensorRT-LLM engine) ------------
@@ -113,6 +126,7 @@ ENGINE_INPUTS: list[Tensor] = [
     # exclude_input_in_output false echoes the prompt as the client sent it (as upstream, which has no
     # template); absent, input_ids are echoed.
     Tensor(ECHO_IDS, "INT32", (-1,), ragged=True),
+    Tensor(TOP_LOG_PROBS, "INT32", (1,), reshape_scalar=True),  # ours: see TOP_LOG_PROBS
 ]
 # Upstream's cancel-by-id request to the token-level model: `stop` true plus placeholders for the inputs
 # every request must carry (ignored: a stop generates nothing). Sent by postprocessing and the relay over
@@ -132,15 +146,20 @@ ENGINE_OUTPUTS: list[Tensor] = [
     # Ours, additive: the request_key input, echoed with every response that carries tokens (only when
     # the request had one), so the postprocessing step that sees the cancel can name the generation.
     Tensor(REQUEST_KEY, "STRING", (1,)),
+    *TOP_OUTPUTS,  # ours, when the request asked for some (see TOP_LOG_PROBS)
 ]
 CONTEXT_TOKENS = 8
 
 # --- tensorrtllm layout: the relay (tensorrt_llm) in front of the C++ backend model ------------
 RELAY_INPUTS: list[Tensor] = ENGINE_INPUTS
-# decoder_input_ids is declared, never forwarded (the relay checks it); request_key, stop_words_match and
-# echo_ids are ours, not the backend's (the relay applies them).
-BACKEND_INPUTS: list[Tensor] = [t for t in ENGINE_INPUTS if t.name not in (REQUEST_KEY, STOP_WORDS_MATCH, ECHO_IDS)]
-BACKEND_OUTPUTS: list[Tensor] = [t for t in ENGINE_OUTPUTS if t.name not in ("output_context_ids", REQUEST_KEY)]
+# decoder_input_ids is declared, never forwarded (the relay checks it); request_key, stop_words_match,
+# echo_ids and num_top_log_probs are ours, not the backend's (the relay applies or refuses them).
+BACKEND_INPUTS: list[Tensor] = [
+    t for t in ENGINE_INPUTS if t.name not in (REQUEST_KEY, STOP_WORDS_MATCH, ECHO_IDS, TOP_LOG_PROBS)
+]
+BACKEND_OUTPUTS: list[Tensor] = [
+    t for t in ENGINE_OUTPUTS if t.name not in ("output_context_ids", REQUEST_KEY, *TOP_NAMES)
+]
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------
 PREPROCESSING_INPUTS: list[Tensor] = ENSEMBLE_INPUTS
@@ -212,12 +231,14 @@ POSTPROCESSING_INPUTS: list[Tensor] = [
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
     Tensor(REQUEST_KEY, "STRING", (1,)),  # the engine's echo: a cancelled step's `stop` names it
+    *TOP_OUTPUTS,  # only when the request asked for some (num_top_log_probs)
 ]
 POSTPROCESSING_OUTPUTS: list[Tensor] = [
     Tensor("text_output", "STRING", (-1,)),
     Tensor("cum_log_probs", "FP32", (-1,)),
     Tensor("output_log_probs", "FP32", (-1, -1)),
     Tensor("output_token_ids", "INT32", (-1, -1)),  # output_ids as decoded (see ENSEMBLE_OUTPUTS)
+    *TOP_OUTPUTS,
 ]
 # Upstream's names on postprocessing (NVIDIA's end_to_end_test.py): TOKENS_BATCH / SEQUENCE_LENGTH in,
 # OUTPUT out, declared besides ours (so output_ids / sequence_length are optional in the config; the
@@ -234,6 +255,7 @@ ENGINE_TENSOR_IN_ENSEMBLE = {
     "cum_log_probs": "engine_cum_log_probs",
     "output_log_probs": "engine_output_log_probs",
     REQUEST_KEY: "engine_request_key",
+    **{name: f"engine_{name}" for name in TOP_NAMES},
 }
 
 # Ensemble tensor -> tensorrt_llm input, where names differ (upstream client names on the left).

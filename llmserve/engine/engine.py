@@ -264,7 +264,8 @@ class Engine:
         picked, slow = [], []
         for i, s in enumerate(seqs):
             p, tok = s.params, res.tokens[i]
-            plain = p.greedy and p.plain and s.matcher is None  # a guided row needs its grammar's mask
+            # A guided row needs its grammar's mask, one that reports top log-probs the whole logits row.
+            plain = p.greedy and p.plain and s.matcher is None and not p.top_logprobs
             if plain and not (tok in p.end_ids and len(s.generated) < p.min_tokens):
                 picked.append((s, tok, res.logprobs[i]))
             else:
@@ -278,6 +279,7 @@ class Engine:
         samples here, so guided rows always get their grammar's mask; a step without one does no
         grammar work (masker() is None)."""
         mask = guided.masker([s.matcher for s in seqs])
+        self._top_log_probs(seqs, logits)
         try:
             tokens, logprobs = sample(
                 logits,
@@ -312,6 +314,19 @@ class Engine:
                     self._finish(s, FinishReason.ERROR, f"sampling failed: {e}")
             return picked
 
+    def _top_log_probs(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        """The k most likely tokens of the rows that asked (params.top_logprobs), from the model's own
+        distribution (the logits before any mask or penalty), as output_log_probs: one topk for the step."""
+        rows = [i for i, s in enumerate(seqs) if s.params.top_logprobs]
+        if not rows:
+            return
+        k = max(seqs[i].params.top_logprobs for i in rows)
+        index = torch.tensor(rows, device=logits.device)
+        values, ids = torch.log_softmax(logits.index_select(0, index).float(), dim=-1).topk(k, dim=-1)
+        for i, row_ids, row_values in zip(rows, ids.tolist(), values.tolist()):
+            n = seqs[i].params.top_logprobs
+            seqs[i].pending_top = (row_ids[:n], row_values[:n])
+
     def _accept(self, picked: list[tuple[Sequence, int, float]]) -> None:
         now = time.monotonic()
         for seq, tok, lp in picked:
@@ -326,6 +341,10 @@ class Engine:
             else:
                 seq.generated.append(tok)
                 seq.logprobs.append(lp)
+                if seq.pending_top is not None:
+                    seq.top_ids.append(seq.pending_top[0])
+                    seq.top_lps.append(seq.pending_top[1])
+                    seq.pending_top = None
                 if seq.stop is not None and (keep := seq.stop.push(tok)) is not None:
                     seq.keep, seq.finish_reason = keep, FinishReason.STOP_WORD
                 elif p.stop_sequences and ends_with_any(seq.generated, p.stop_sequences):

@@ -122,7 +122,8 @@ class GrammarCache:
 def matcher(compiled: xgr.CompiledGrammar, end_ids: Sequence[int]) -> xgr.GrammarMatcher:
     """One per guided sequence. Its stop tokens are the request's end ids, so the end token is allowed
     only when the grammar is complete."""
-    return xgr.GrammarMatcher(compiled, override_stop_tokens=list(end_ids))
+    # No end ids (a model without one, a test): the tokenizer info's stop tokens (xgrammar refuses none).
+    return xgr.GrammarMatcher(compiled, override_stop_tokens=list(end_ids) or None)
 
 
 class Masker:

@@ -24,6 +24,8 @@ class SamplingParams:
     bad_words: list[list[int]] = field(default_factory=list)
     # guided decoding: the xgrammar CompiledGrammar the output must match (engine/guided.py), or None
     grammar: object | None = None
+    # the k most likely tokens (ids, log-probs) to report at each generated position (contract.TOP_LOG_PROBS)
+    top_logprobs: int = 0
 
     @property
     def greedy(self) -> bool:

@@ -37,6 +37,10 @@ class Sequence:
     stop: StopMatcher | None = None
     generator: torch.Generator | None = None
     matcher: object | None = None  # guided decoding: its xgrammar GrammarMatcher (engine/guided.py)
+    # params.top_logprobs > 0: per generated token, its position's most likely (ids, log-probs)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_lps: list[list[float]] = field(default_factory=list)
+    pending_top: tuple[list[int], list[float]] | None = None  # the step's, until its token is accepted
     arrival: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")  # monotonic time after which the request is cancelled
     last_emit_at: float = float("-inf")

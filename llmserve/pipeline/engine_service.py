@@ -104,8 +104,10 @@ class EngineService:
         backlogged: True while an earlier response of this request still waits to be sent; streamed
         tokens are then held back and travel with the next response (coalescing by load: one
         response per stream per send, however fast the engine steps)."""
-        stream = TokenStream(req.prompt if req.echo is None else req.echo, req.exclude_input_in_output)
-        held: tuple[list[int], list[float]] = ([], [])  # streamed tokens not yet sent (backlog)
+        top_k = req.params.top_logprobs
+        stream = TokenStream(req.prompt if req.echo is None else req.echo, req.exclude_input_in_output, top_k)
+        # streamed tokens not yet sent (backlog): ids, log-probs, top ids, top log-probs
+        held: tuple[list, list, list, list] = ([], [], [], [])
         stopped = []  # non-empty once a `stop` request named this one
 
         def mark_stopped():
@@ -132,13 +134,19 @@ class EngineService:
                 )
             if reason is FinishReason.ERROR:
                 return send(None, True, reason, f"error: {seq.error}")
+            # `tokens` are always seq.generated[seq.emitted:], and so are their alternatives.
+            top_ids = seq.top_ids[seq.emitted : seq.emitted + len(tokens)] if top_k else []
+            top_lps = seq.top_lps[seq.emitted : seq.emitted + len(tokens)] if top_k else []
             if held[0]:
                 tokens, logprobs = held[0] + tokens, held[1] + logprobs
-                held[0].clear(), held[1].clear()
+                top_ids, top_lps = held[2] + top_ids, held[3] + top_lps
+                for h in held:
+                    h.clear()
             if not finished and tokens and backlogged is not None and backlogged():
-                held[0].extend(tokens), held[1].extend(logprobs)
+                for h, new in zip(held, (tokens, logprobs, top_ids, top_lps)):
+                    h.extend(new)
                 return None
-            outputs = stream.chunk(tokens, logprobs, finished)
+            outputs = stream.chunk(tokens, logprobs, finished, top=(top_ids, top_lps) if top_k else None)
             if outputs is None:  # nothing new: close the stream if it ended
                 return send(None, True, None, None) if finished else None
             send({**outputs, **echo} if echo else outputs, finished, None, None)

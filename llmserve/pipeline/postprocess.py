@@ -26,6 +26,16 @@ def _log_probs(read: Reader, beams: int, lengths: np.ndarray) -> tuple[np.ndarra
     return cum.astype(np.float32), per_token.astype(np.float32)
 
 
+def _top(read: Reader, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """The engine's alternatives per token ([1, n, k]) when the request asked for some, else [1, n, 0]:
+    the ensemble answers every output it declares, whatever the request."""
+    ids, lps = read("top_token_ids"), read("top_log_probs")
+    if ids is None or lps is None:
+        n = int(lengths.max()) if lengths.size else 0
+        return {"top_token_ids": np.zeros((1, n, 0), np.int32), "top_log_probs": np.zeros((1, n, 0), np.float32)}
+    return {"top_token_ids": ids.astype(np.int32), "top_log_probs": lps.astype(np.float32)}
+
+
 def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list[dict[str, np.ndarray] | Exception]:
     """One result per request: its output tensors, or the exception a malformed request raised."""
     results: list = [None] * len(reads)
@@ -46,13 +56,14 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list[dict[str,
                 for b in range(ids.shape[1])
             ]
             log_probs = _log_probs(read, len(beams), lengths)
+            top = _top(read, lengths)
         except Exception as e:  # a malformed tensor from a direct caller: an error, not a crash
             results[i] = e
             continue
-        owners.append((i, len(beams), log_probs, ids[:, :, : int(lengths.max()) if lengths.size else 0]))
+        owners.append((i, len(beams), log_probs, ids[:, :, : int(lengths.max()) if lengths.size else 0], top))
         items.extend(beams)
     texts = iter(detok.decode_many(items)) if items else iter(())
-    for i, beams, (cum, per_token), token_ids in owners:
+    for i, beams, (cum, per_token), token_ids, top in owners:
         if upstream[i]:
             results[i] = {"OUTPUT": np.array([next(texts).encode("utf-8") for _ in range(beams)], dtype=np.object_)}
             continue
@@ -63,6 +74,7 @@ def postprocess_batch(detok: Detokenizer, reads: list[Reader]) -> list[dict[str,
             "cum_log_probs": cum,
             "output_log_probs": per_token,
             "output_token_ids": token_ids.astype(np.int32),
+            **top,
         }
     return results
 

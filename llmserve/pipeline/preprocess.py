@@ -13,7 +13,7 @@ from ..request.guided import read_guide
 from ..request.parameters import refuse_parameters
 from ..request.reader import Reader, check, one, stop_words_match, text, words
 from ..request.sampling import CLIENT_NAMES, read_sampling
-from ..request.token_request import check_guided_min_tokens
+from ..request.token_request import check_guided_min_tokens, read_top_log_probs
 from ..request.word_lists import to_word_list
 from ..text.tokenizer import load_hf_tokenizer
 from .cancellation import edge_key, key_tensor
@@ -70,6 +70,7 @@ class Preprocessor:
         # The guide is parsed here (a bad one: 400 before any engine slot), and reaches tensorrt_llm
         # straight from the client's tensors (the ensemble wires them there).
         check_guided_min_tokens(read_guide(read, grammar_of), sampling["min_tokens"])
+        read_top_log_probs(read)  # checked here for the 400; tensorrt_llm reads it too
         stop_words_match(read)  # checked here for the 400; tensorrt_llm reads it (the ensemble passes it on)
         vocab = len(self.tok)
         end_id, pad_id = one(read, "end_id", int, self.end_id), one(read, "pad_id", int, self.pad_id)

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import ECHO_IDS, REQUEST_KEY, STOP_WORDS_MATCH, ErrorKind
+from ..contract import ECHO_IDS, REQUEST_KEY, STOP_WORDS_MATCH, TOP_LOG_PROBS, ErrorKind
 from ..errors import RequestError, triton_error
 from ..logs import request_context
+from ..request.reader import check
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
 from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, key_tensor, request_key, send_stop
@@ -56,6 +57,7 @@ NOT_FORWARDED = (
     REQUEST_KEY,
     STOP_WORDS_MATCH,
     ECHO_IDS,
+    TOP_LOG_PROBS,
 )
 BACKEND_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
 
@@ -175,6 +177,12 @@ class Relay:
                 max_output_len=self.opts.max_output_len,
                 exclude_default=self.opts.exclude_input_in_output,
                 decode_word=lambda ids: self.tok.decode(ids, skip_special_tokens=False),
+            )
+            # TensorRT-LLM's backend has no top log-probs (ours, the torch engine's): refused, not ignored.
+            check(
+                TOP_LOG_PROBS,
+                not req.params.top_logprobs,
+                "is served by the torch engine only (TensorRT-LLM's backend returns no alternatives)",
             )
         except RequestError as e:
             return sender.send(error_response(pb, e), flags=final)

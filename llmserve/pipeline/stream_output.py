@@ -45,7 +45,10 @@ class TokenStream:
     any chunk went out (a stream that ends before any token still gets one, empty, chunk, so
     postprocessing answers it once)."""
 
-    def __init__(self, prompt: Sequence[int], exclude_input_in_output: bool):
+    def __init__(self, prompt: Sequence[int], exclude_input_in_output: bool, top_k: int = 0):
+        """top_k > 0: every chunk carries top_token_ids / top_log_probs [1, n, top_k] (prompt tokens
+        sent back with the output get ids -1 and log-probs 0: no alternatives)."""
+        self.top_k = top_k
         self.prompt = list(prompt)
         self.exclude_input_in_output = exclude_input_in_output
         self.sent: list[int] = []  # every token handed on, the prompt prefix included
@@ -53,10 +56,16 @@ class TokenStream:
         self.chunks = 0
 
     def chunk(
-        self, tokens: Sequence[int], logprobs: Sequence[float], final: bool, with_logprobs: bool = True
+        self,
+        tokens: Sequence[int],
+        logprobs: Sequence[float],
+        final: bool,
+        with_logprobs: bool = True,
+        top: tuple[list[list[int]], list[list[float]]] | None = None,
     ) -> dict[str, np.ndarray] | None:
         """`logprobs`: one per token (0.0 where unknown); `with_logprobs`: whether the log-prob tensors
-        are part of the response (the relay sends them only when the backend did)."""
+        are part of the response (the relay sends them only when the backend did); `top`: each token's
+        top_k alternatives (ids, log-probs), when the stream has a top_k."""
         prefix = self.prompt if (not self.sent and not self.exclude_input_in_output) else []
         if not tokens and not prefix and not (final and self.chunks == 0):
             return None
@@ -66,4 +75,10 @@ class TokenStream:
         self.cum += float(sum(logprobs))
         self.chunks += 1
         lps = [0.0] * len(prefix) + [float(x) for x in logprobs] if with_logprobs else None
-        return token_outputs(ids, lps, self.cum, context)
+        out = token_outputs(ids, lps, self.cum, context)
+        if self.top_k:
+            k, (top_ids, top_lps) = self.top_k, top if top is not None else ([], [])
+            rows = len(prefix) + len(top_ids)
+            out["top_token_ids"] = np.array([[-1] * k] * len(prefix) + top_ids, dtype=np.int32).reshape(1, rows, k)
+            out["top_log_probs"] = np.array([[0.0] * k] * len(prefix) + top_lps, dtype=np.float32).reshape(1, rows, k)
+        return out

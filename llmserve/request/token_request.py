@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import ECHO_IDS, STOP_MATCH_TEXT
+from ..contract import ECHO_IDS, MAX_TOP_LOG_PROBS, STOP_MATCH_TEXT, TOP_LOG_PROBS
 from ..engine.params import SamplingParams
 from ..errors import RequestError
 from .guided import GUIDE, Guide, read_guide
@@ -105,6 +105,7 @@ def parse_engine_request(
         stop_words=[w for w in stop_words if w],
         stop_sequences=[] if as_text else stop_ids,
         bad_words=bad_words,
+        top_logprobs=read_top_log_probs(read),
         **sampling,
     )
     echo = read(ECHO_IDS)
@@ -123,6 +124,13 @@ def parse_engine_request(
         guide=guide,
         echo=echo.tolist() if echo is not None else None,
     )
+
+
+def read_top_log_probs(read: Reader) -> int:
+    """Ours (contract.TOP_LOG_PROBS): how many alternatives to report per generated token."""
+    k = one(read, TOP_LOG_PROBS, int, 0)
+    check(TOP_LOG_PROBS, 0 <= k <= MAX_TOP_LOG_PROBS, f"must be in [0, {MAX_TOP_LOG_PROBS}], got {k}")
+    return k
 
 
 def check_guided_min_tokens(guide: Guide | None, min_tokens: int) -> None:

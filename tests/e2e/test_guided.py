@@ -10,6 +10,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Literal
 
+import numpy as np
 import pytest
 from pydantic import BaseModel, Field
 
@@ -98,3 +99,26 @@ def test_a_random_model_follows_the_grammar_on_both_layouts(layout_server):
         guided_decoding_guide='root ::= "yes" | "no"',
     )
     assert "".join(pieces) in ("yes", "no")
+
+
+def test_top_log_probs_through_the_ensemble(layout_server, request):
+    """num_top_log_probs (ours): k alternatives per generated token, greedy's first one being the token
+    itself; the tensorrtllm layout refuses it by name (TensorRT-LLM's backend has none)."""
+    body = {"text_input": "Hello", "max_tokens": 6, "num_top_log_probs": 4, "return_log_probs": True}
+    r = generate(layout_server, body)
+    if "tensorrtllm" in request.node.callspec.id:
+        assert r.status_code == 400 and "invalid num_top_log_probs: " in r.json()["error"], r.text
+        return
+    assert r.status_code == 200, r.text
+    out = r.json()
+    ids = np.array(out["output_token_ids"]).reshape(-1)
+    top_ids = np.array(out["top_token_ids"]).reshape(-1, 4)
+    top_lps = np.array(out["top_log_probs"]).reshape(-1, 4)
+    lps = np.array(out["output_log_probs"]).reshape(-1)
+    assert len(ids) == len(top_ids) == 6
+    assert (top_ids[:, 0] == ids).all() and np.allclose(top_lps[:, 0], lps, atol=1e-5)
+    assert (np.diff(top_lps, axis=1) <= 0).all()
+    plain = generate(layout_server, {"text_input": "Hello", "max_tokens": 6}).json()
+    assert np.array(plain["top_token_ids"]).size == 0  # not asked for: [tokens, 0]
+    bad = generate(layout_server, {**body, "num_top_log_probs": 21})
+    assert bad.status_code == 400 and "invalid num_top_log_probs: must be in [0, 20]" in bad.json()["error"]

@@ -121,3 +121,34 @@ def test_a_random_model_follows_the_grammar_and_unguided_rows_are_unaffected(tin
     assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", phone[0]) and phone[1] is FinishReason.STOP
     assert yes_no[0] in ("yes", "no") and yes_no[1] is FinishReason.STOP
     assert plain == alone  # batched with guided rows, greedy output as when alone
+
+
+def test_top_log_probs_are_the_models_own_distribution(tiny_llama, hf_tok, info):
+    """num_top_log_probs: per generated token the k most likely ids and log-probs, from the logits
+    before any mask, so a greedy unguided token is the first alternative with its own log-prob, and a
+    guided row reports what the model wanted, not what the grammar allowed."""
+    model = LlamaModel(tiny_llama, torch.device("cpu"), torch.float32, max_slots=2, max_seq_len=64)
+    engine = make_engine(model, load_fast(tiny_llama))
+    grammar = guided.GrammarCache(info).compile("regex", "[0-9]{6}")
+    seqs = [
+        Sequence(prompt=[5, 6, 7], params=SamplingParams(max_new_tokens=6, top_logprobs=5), on_output=lambda *a: None),
+        Sequence(
+            prompt=[5, 6, 7],
+            params=SamplingParams(max_new_tokens=6, top_logprobs=3, grammar=grammar),
+            on_output=lambda *a: None,
+        ),
+    ]
+    for s in seqs:
+        engine.submit(s)
+    while engine.running or engine.waiting:
+        engine.step()
+    plain, digits = seqs
+    assert len(plain.top_ids) == len(plain.generated) == 6 and all(len(r) == 5 for r in plain.top_ids)
+    for tok, lp, ids, lps in zip(plain.generated, plain.logprobs, plain.top_ids, plain.top_lps):
+        assert ids[0] == tok and lps[0] == pytest.approx(lp, abs=1e-5) and lps == sorted(lps, reverse=True)
+    # The same prompt: the first position's alternatives are the same whatever the grammar allowed.
+    assert digits.top_ids[0] == plain.top_ids[0][:3]
+    assert re.fullmatch("[0-9]{6}", hf_tok.decode(digits.generated))
+    for tok, lp, ids, lps in zip(digits.generated, digits.logprobs, digits.top_ids, digits.top_lps):
+        if tok in ids:  # the chosen token's log-prob is from the same (unmasked) distribution
+            assert lps[ids.index(tok)] == pytest.approx(lp, abs=1e-5)

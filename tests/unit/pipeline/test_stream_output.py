@@ -50,3 +50,13 @@ def test_nothing_to_say_is_none_but_a_request_always_answers_once():
 def test_log_probs_left_out_on_request():
     out = TokenStream([], True).chunk([5], [0.0], final=True, with_logprobs=False)
     assert set(out) == {"output_ids", "sequence_length", "output_context_ids"}
+
+
+def test_top_log_probs_travel_with_their_tokens():
+    stream = TokenStream([1, 2], exclude_input_in_output=False, top_k=2)
+    out = stream.chunk([7], [-0.5], final=False, top=([[7, 9]], [[-0.5, -1.5]]))
+    assert out["top_token_ids"].tolist() == [[[-1, -1], [-1, -1], [7, 9]]]  # the prompt's rows: none
+    assert out["top_log_probs"].shape == (1, 3, 2) and out["top_log_probs"][0, 2].tolist() == [-0.5, -1.5]
+    last = stream.chunk([], [], final=True, top=([], []))
+    assert last is None
+    assert "top_token_ids" not in TokenStream([], True).chunk([5], [0.0], final=True)  # not asked: absent

@@ -105,14 +105,15 @@ def roundtrip(cfg: mc.ModelConfig) -> mc.ModelConfig:
 def test_same_token_contract_as_torch_engine(tmp_path):
     """The relay (`tensorrt_llm`) has the torch engine's contract; the C++ model behind it has the same
     inputs but our request_key (the relay keys its backend requests itself) and stop_words_match (the
-    relay matches text stop words itself) and echo_ids (the relay echoes the prompt) and every output but
-    output_context_ids and the request_key echo, which the backend does not produce (the relay adds them)."""
+    relay matches text stop words itself), echo_ids (the relay echoes the prompt) and num_top_log_probs (the
+    torch engine's: the relay refuses it), and every output but output_context_ids and the request_key echo,
+    which the backend does not produce (the relay adds them), and the top log-probs (the torch engine's only)."""
     spec = make_spec(tmp_path)
     models = repository(spec, tmp_path / "repo")
     trt, relay = roundtrip(models[C.BACKEND][0]), roundtrip(models[C.ENGINE][0])
     torch_spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "torch"})})
     torch = roundtrip(render.torch_engine(torch_spec, tmp_path / "repo"))
-    ours = ("output_context_ids", C.REQUEST_KEY, C.STOP_WORDS_MATCH, C.ECHO_IDS)
+    ours = ("output_context_ids", C.REQUEST_KEY, C.STOP_WORDS_MATCH, C.ECHO_IDS, C.TOP_LOG_PROBS, *C.TOP_NAMES)
     assert list(trt.input) == [i for i in torch.input if i.name not in ours] and "stop" in [i.name for i in trt.input]
     assert [o.name for o in trt.output] == [o.name for o in torch.output if o.name not in ours]
     assert [(i.name, i.data_type, list(i.dims)) for i in relay.input] == [
