@@ -26,6 +26,7 @@ attempt failed); the frontend maps those to its HTTP answers.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -38,6 +39,8 @@ from .retry import Attempts, Backoff, GenerationError, Picker, Server, Stats, gr
 from .wire import STOP_SUPPORTED, Piece, ensemble_request, is_final, read_piece, stop_request
 
 __all__ = ["EnsembleClient", "GenerationError", "Piece", "Stats"]
+
+log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
@@ -56,6 +59,8 @@ CHANNEL_OPTIONS = [
 ]
 # Shorter than the sync client's: servers are picked by health here, so a retry rarely meets the same fault.
 BACKOFF_S, MAX_BACKOFF_S = 0.05, 1.0
+# How long close() waits for the stops of abandoned streams (one round trip each, well under a second).
+STOP_DRAIN_S = 5.0
 
 
 class Endpoint(Server):
@@ -102,9 +107,16 @@ class EnsembleClient:
         await asyncio.gather(*(e.check(self.health_interval_s * 4) for e in self.endpoints))
         self._health = asyncio.create_task(self._health_loop())
 
-    async def close(self) -> None:
+    async def close(self, drain_s: float = STOP_DRAIN_S) -> None:
+        """The stops sent for abandoned streams finish first (at most drain_s): a stop cut short leaves
+        its generation running to its end, and one that reaches tritonserver as it stops can keep the
+        engine model loaded until Triton's exit timeout (docs/cancellation.md)."""
         if self._health:
             self._health.cancel()
+        if self._background:
+            _, late = await asyncio.wait(set(self._background), timeout=drain_s)
+            if late:
+                log.warning("%d stop(s) still unanswered after %g s at shutdown", len(late), drain_s)
         for e in self.endpoints:
             await e.channel.close()
 

@@ -78,3 +78,24 @@ def test_gives_up_busy_or_unavailable(last, kind):
     with pytest.raises(GaveUp) as e:
         run(c, Stats())
     assert e.value.kind is kind and e.value.attempts == 2 and e.value.last.endswith(str(last))
+
+
+def test_close_waits_for_the_stops_of_abandoned_streams(caplog):
+    """A stop sent for an abandoned stream is finished before the channels close (a stop cut short
+    leaves its generation running), within close()'s bound; one that outlives it is logged."""
+    done = []
+
+    async def stop(delay: float) -> None:
+        await asyncio.sleep(delay)
+        done.append(delay)
+
+    async def go(delay: float, drain_s: float) -> None:
+        client = EnsembleClient(["127.0.0.1:1"], idle_timeout_s=1, max_attempts=1, health_interval_s=1)
+        client._spawn(stop(delay))
+        await client.close(drain_s=drain_s)
+
+    asyncio.run(go(0.05, drain_s=5))
+    assert done == [0.05]
+    asyncio.run(go(5, drain_s=0.05))
+    assert done == [0.05]
+    assert "1 stop(s) still unanswered" in caplog.text
