@@ -6,8 +6,8 @@
 serving.grpc_port). --workers: processes serving the port (default: the spec's openai.workers, else
 sized to the machine; workers.py). --reuse-port (one worker): bind with SO_REUSEPORT, so that several
 frontends started by hand share the port and the kernel spreads connections over them (what
-scripts/h200/ceiling.sh measures against --workers; their /metrics are not added up). API keys come from the spec / environment / file (never the command line, which
-every user of the machine can read). Logs (one access line per request, errors with their cause) go
+scripts/h200/workers.sh measures against --workers; their /metrics are not added up). API keys come
+from the spec / environment / file (never the command line, which every user of the machine can read). Logs (one access line per request, errors with their cause) go
 to stderr as text or JSON lines: --log-level / --log-format, default the spec's `logging:` section."""
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import uvicorn
 
 from ..logs import add_cli_options, configure_from_args
 from ..spec import DEFAULT_SPEC, SpecError, load_spec
-from .app import create_app
-from .auth import KeyCheck
-from .config import settings_from_spec
-from .service import Service
 from .workers import run as run_workers
+
+# The app (FastAPI, gRPC, transformers) is imported in _main, not here: uvicorn spawns the workers
+# (workers.py), and a spawned worker re-imports this module before it can answer the supervisor's
+# health pings; a slow import on a loaded machine made the supervisor kill and restart workers that
+# were only starting. Workers import the app in their factory, with the ping thread running.
 
 log = logging.getLogger("llmserve.openai_api")
 
@@ -49,6 +50,11 @@ def _main(argv=None) -> int:
     ap.add_argument("--reuse-port", action="store_true", help="one worker: bind with SO_REUSEPORT")
     add_cli_options(ap)
     args = ap.parse_args(argv)
+    from .app import create_app
+    from .auth import KeyCheck
+    from .config import settings_from_spec
+    from .service import Service
+
     try:
         spec = load_spec(args.spec)
         configure_from_args(args, spec)

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 ARGS_ENV = "LLMSERVE_OPENAI_WORKER"
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's name: read when a process imports it
+HEALTH_TIMEOUT_S = 30
 
 
 def metrics_dir(port: int) -> Path:
@@ -118,7 +119,15 @@ def run(worker_args: dict, workers: int, **uvicorn_options) -> int:
     os.environ[METRICS_ENV] = str(folder)
     os.environ[IDS_ENV] = str(folder / "inflight")
     os.environ[ARGS_ENV] = json.dumps(worker_args)
-    config = uvicorn.Config(f"{__name__}:worker_app", factory=True, workers=workers, **uvicorn_options)
+    # A worker that does not answer the supervisor's ping for HEALTH_TIMEOUT_S is taken for hung and
+    # replaced (uvicorn's default, 5 s, replaced workers that were only starting on a loaded machine).
+    config = uvicorn.Config(
+        f"{__name__}:worker_app",
+        factory=True,
+        workers=workers,
+        timeout_worker_healthcheck=HEALTH_TIMEOUT_S,
+        **uvicorn_options,
+    )
     sock = config.bind_socket()
     supervisor = Supervisor(config, [sock], folder)
     try:
