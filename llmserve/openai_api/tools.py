@@ -13,8 +13,9 @@ What a request asks for (`Reply.mode`):
   parallel_tool_calls is false), guided by a schema whose items are one of the tools each; the reply
   is those calls.
 - `auto`: the model decides, in its own tool-call format (FORMATS): its text is scanned for calls;
-  text outside them is the content. Not guided (the engine's structural tags could constrain the
-  arguments once a call started; not wired).
+  text outside them is the content. Guided by a structural tag (guide type `structural_tag`): text is
+  free until the model writes the format's start marker, then it must write a call to one of the
+  tools whose arguments follow that tool's schema, and the end marker.
 
 The guided modes need the engine's `guided_decoding_guide_type` / `guided_decoding_guide` inputs
 (docs/upstream-compatibility.md); a frontend in front of an ensemble without them refuses these
@@ -48,6 +49,22 @@ class ToolFormat:
 
     def render_call(self, name: str, arguments: Any) -> str:
         return f"{self.start}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{self.end}"
+
+    def structural_tag(self, tools) -> dict:
+        """xgrammar's structural tag for `auto`: free text, but once the model writes the start marker,
+        a call to one of the tools with arguments that follow its schema, then the end marker."""
+        tags = [
+            {
+                "begin": f'{self.start}\n{{"name": {json.dumps(t.function.name)}, "arguments": ',
+                "content": {"type": "json_schema", "json_schema": _params(t.function)},
+                "end": f"}}\n{self.end}",
+            }
+            for t in tools
+        ]
+        return {
+            "type": "structural_tag",
+            "format": {"type": "triggered_tags", "triggers": [self.start], "tags": tags, "at_least_one": False},
+        }
 
     def system_prompt(self, tools: list[dict]) -> str:
         listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
@@ -119,7 +136,7 @@ def reply_for(req: ChatCompletionRequest) -> Reply:
             if req.parallel_tool_calls is False:
                 schema["maxItems"] = 1
             return Reply("required", Guide("json_schema", _dumps(schema), "tools"), None, rendered)
-        return Reply("auto", None, None, rendered)
+        return Reply("auto", Guide("structural_tag", _dumps(HERMES.structural_tag(tools)), "tools"), None, rendered)
     rf = req.response_format
     if rf is None or rf.type == "text":
         return Reply("text")

@@ -46,7 +46,15 @@ def test_guides():
     g = json.loads(r.guide.text)
     assert g["type"] == "array" and g["minItems"] == 1 and g["maxItems"] == 1
     assert [i["properties"]["name"]["const"] for i in g["items"]["anyOf"]] == ["get_weather", "get_time"]
-    assert reply_for(request(tools=[WEATHER])).mode == "auto"
+    r = reply_for(request(tools=[WEATHER, TIME]))
+    assert r.mode == "auto" and r.guide.type == "structural_tag"
+    xgr = pytest.importorskip("xgrammar")
+    xgr.Grammar.from_structural_tag(r.guide.text)  # what the engine compiles
+    fmt = json.loads(r.guide.text)["format"]
+    assert fmt["triggers"] == ["<tool_call>"] and [t["content"]["json_schema"] for t in fmt["tags"]] == [
+        WEATHER["function"]["parameters"],
+        {"type": "object", "properties": {}},
+    ]
     assert reply_for(request(tools=[WEATHER], tool_choice="none")).mode == "text"
 
 
@@ -173,7 +181,7 @@ def test_required_and_auto_tool_calls(fe):
     assert choice.message.content == content == "Let me check. "
     assert [(c["name"], c["arguments"]) for c in calls_of(choice)] == [("get_weather", '{"city":"Oslo"}')]
     assert choice.finish_reason == reason == "tool_calls"
-    assert "guided_decoding_guide" not in fe.fake.requests[-1]
+    assert fe.fake.requests[-1]["guided_decoding_guide_type"] == "structural_tag"
     # No call: plain text, finish_reason stop.
     choice, (content, calls, reason) = both(fe, [("It is sunny.", 4)], tools=[WEATHER])
     assert choice.message.content == content == "It is sunny." and choice.finish_reason == reason == "stop"
