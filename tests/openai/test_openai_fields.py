@@ -192,3 +192,35 @@ def test_logprobs_agree_with_transformers(stack, reference):
     assert lp.tokens == [text(i) for i, _, _ in steps][: len(lp.tokens)] and len(lp.tokens) >= 4, lp.tokens
     for (_, ref, _), mine in zip(steps, lp.token_logprobs):
         assert abs(ref - mine) <= TOLERANCE, (ref, mine)
+
+
+def test_top_logprobs_agree_with_transformers(stack, reference):
+    """5 alternatives per token, the same tokens as transformers' 5 most likely and their
+    log-probabilities within TOLERANCE; chat and completions, streamed as whole."""
+    tok, steps = reference
+    text = TokenText(tok).text_of
+    c = stack.client()
+    r = c.completions.create(model=MODEL, prompt=REF_PROMPT, max_tokens=REF_TOKENS, logprobs=5, **GREEDY)
+    lp = r.choices[0].logprobs
+    assert len(lp.top_logprobs) == len(lp.tokens) >= 4
+    for (_, _, top), got in zip(steps, lp.top_logprobs):
+        want = {text(i): v for i, v in top}
+        assert set(got) == set(want), (got, want)
+        assert all(abs(got[t] - want[t]) <= TOLERANCE for t in want), (got, want)
+    chat = [{"role": "user", "content": "Name a color."}]
+    kw = dict(model=MODEL, messages=chat, max_tokens=8, logprobs=True, top_logprobs=5, **GREEDY)
+    whole = c.chat.completions.create(**kw).choices[0].logprobs.content
+    assert whole and all(len(e.top_logprobs) == 5 for e in whole)
+    for e in whole:
+        alts = [a.logprob for a in e.top_logprobs]
+        assert alts == sorted(alts, reverse=True) and e.top_logprobs[0].token == e.token  # greedy: the top one
+        assert all(bytes(a.bytes) == a.token.encode() for a in e.top_logprobs if not a.token.startswith("bytes:"))
+    streamed = [
+        e
+        for ch in c.chat.completions.create(**kw, stream=True)
+        for x in ch.choices
+        for e in ((x.logprobs.content or []) if x.logprobs else [])
+    ]
+    assert [(e.token, [a.token for a in e.top_logprobs]) for e in streamed] == [
+        (e.token, [a.token for a in e.top_logprobs]) for e in whole
+    ]
