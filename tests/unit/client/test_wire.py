@@ -104,3 +104,27 @@ def test_final_flag_and_sse_events():
     assert wire.event_piece({"text_output": "ab", "output_log_probs": [-1.0, -2.0]}) == wire.Piece("ab", 2)
     assert wire.event_piece({"text_output": "a", "output_log_probs": -1.0}) == wire.Piece("a", 1)  # one token: bare
     assert wire.event_piece({"model_name": "ensemble"}) is None
+
+
+def test_read_piece_keeps_token_ids_log_probs_and_alternatives():
+    from tritonclient.grpc import service_pb2
+    from tritonclient.utils import serialize_byte_tensor
+
+    from llmserve.client.wire import read_piece
+
+    resp = service_pb2.ModelInferResponse()
+
+    def add(name, arr, dtype):
+        o = resp.outputs.add()
+        o.name, o.datatype = name, dtype
+        o.shape.extend(arr.shape)
+        resp.raw_output_contents.append(serialize_byte_tensor(arr).item() if dtype == "BYTES" else arr.tobytes())
+
+    add("text_output", np.array([b" ab"], dtype=np.object_), "BYTES")
+    add("output_log_probs", np.array([[[-0.5, -0.25]]], dtype=np.float32), "FP32")
+    add("output_token_ids", np.array([[[5, 6]]], dtype=np.int32), "INT32")
+    add("top_token_ids", np.array([[[5, 7, 8], [6, 9, 1]]], dtype=np.int32), "INT32")  # [1, tokens, k]
+    add("top_log_probs", np.array([[[-0.5, -1, -2], [-0.25, -3, -4]]], dtype=np.float32), "FP32")
+    p = read_piece(resp)
+    assert (p.text, p.tokens, p.ids, p.logprobs) == (" ab", 2, [5, 6], [-0.5, -0.25])
+    assert p.top_ids == [[5, 7, 8], [6, 9, 1]] and p.top_logprobs == [[-0.5, -1, -2], [-0.25, -3, -4]]
