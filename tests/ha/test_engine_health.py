@@ -4,8 +4,9 @@ answering ready within READY_BOUND_S (its stub's watchdog takes tritonserver dow
 out, no request that had not started fails (they are retried on another replica), the supervisor
 restarts it and it is back in rotation. Then the short version of tools/chaos.py on the same
 cluster (plain, failover and hang-up clients; this cluster has no OpenAI frontends, the tool's own
-has): no failure a client could not have retried, no failover stream cut, hang-ups served, memory
-judged only for processes that lived long enough (none in a 1-minute run)."""
+has): no failure a client could not have retried, no failover stream cut, hang-ups served. Memory is
+judged by the 30-minute run (docs/PERFORMANCE.md), not here: a 1-minute run judges no process unless
+an event's recovery drags on, and then what it sees is that recovery's load."""
 
 from __future__ import annotations
 
@@ -96,4 +97,3 @@ def test_chaos_soak_short(supervised, emit):
     assert report["failover_cut"] == 0, report["counts"]
     assert report["hung_clients"] == 0
     assert report["hang_ups"] > 0, report["counts"]
-    assert report["memory"]["flat"] is not False, report["memory"]
