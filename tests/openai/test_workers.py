@@ -73,10 +73,12 @@ def frontend(tiny_server, tmp_path_factory):
     log = tmp_path_factory.mktemp("workers") / "frontend.log"
     f = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=log, workers=WORKERS)
     f.log = log
-    f.start().wait_ready(300)
-    wait_started(f, WORKERS)  # ready = one worker answers; the others may still import
-    yield f
-    f.stop()
+    try:
+        f.start().wait_ready(300)
+        wait_started(f, WORKERS)  # ready = one worker answers; the others may still import
+        yield f
+    finally:
+        f.stop()
 
 
 def test_workers_serve_and_metrics_add_up(frontend, emit):
@@ -160,8 +162,8 @@ def test_a_killed_supervisor_takes_its_workers_and_the_next_start_clears_its_fil
     port = free_ports(1)[0]
     f = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=tmp_path / "a.log", workers=2)
     f.log = tmp_path / "a.log"
-    f.start().wait_ready(300)
     try:
+        f.start().wait_ready(300)
         wait_started(f, 2)
         complete(port)
         children = tree(f.proc.pid) - {f.proc.pid}  # the workers and multiprocessing's resource tracker
@@ -174,8 +176,8 @@ def test_a_killed_supervisor_takes_its_workers_and_the_next_start_clears_its_fil
     finally:
         f.stop()
     g = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=tmp_path / "b.log", workers=2)
-    g.start().wait_ready(300)
     try:
+        g.start().wait_ready(300)
         assert metric(port, "llmserve_api_request_success_total") == 0  # not the killed frontend's count
     finally:
         g.stop()
