@@ -88,6 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--checkpoint", default=str(ROOT / "build/checkpoints/smollm2-135m-instruct"))
     args = ap.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # each line as it is measured: a run cut short keeps them
     n = args.concurrency
     model = load_model(
         args.checkpoint,
