@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from llmserve.checkpoint import build_checkpoint
+from llmserve.deploy.process_group import http_ok
 from llmserve.deploy.tritonserver import TritonProcess, free_ports  # noqa: F401  (re-exported for tests)
 from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
@@ -64,11 +66,23 @@ def start_server(
     try:
         # Ends when ready: only a hung start waits this long (a start on a loaded machine took 180 s).
         proc.wait_ready(timeout_s=900)
+        server = Server(proc, repository, log)
+        _wait_for_metrics(server, timeout_s=900)
     except Exception:
         proc.stop()
         print(log.read_text()[-5000:])
         raise
-    return Server(proc, repository, log)
+    return server
+
+
+def _wait_for_metrics(server: Server, timeout_s: float) -> None:
+    """Triton opens its metrics port a moment after HTTP is ready: a test that reads a metric first
+    thing (CI, 2026-12-02: "Connection refused") waits for it here."""
+    deadline = time.monotonic() + timeout_s
+    while not http_ok(server.metrics):
+        if not server.process.alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"tritonserver's metrics never answered on {server.metrics}")
+        time.sleep(0.2)
 
 
 # Stopping a test server at the end of its fixture: SIGTERM, then the process group killed after

@@ -75,8 +75,11 @@ def wait_metric(server, name: str, pred, timeout_s: float, period_s: float = 0.0
     """(reached, seconds waited) until pred(value) holds."""
     t0 = time.monotonic()
     while True:
-        value = metric(server, name)
-        if pred(value):
+        try:
+            value = metric(server, name)
+        except (OSError, KeyError):  # the metrics port or the engine's series not up yet: not reached
+            value = None
+        if value is not None and pred(value):
             return True, time.monotonic() - t0
         if time.monotonic() - t0 > timeout_s:
             return False, time.monotonic() - t0

@@ -170,7 +170,7 @@ def test_http_unary_disconnect_runs_on(cancel_server, emit):
     serving.request_timeout_s); it is not counted as cancelled."""
     _idle(cancel_server)
     c0, f0 = metric(cancel_server, CANCELLED), metric(cancel_server, "llmserve_requests_finished_total")
-    tokens = 400
+    tokens = MAX_OUT  # ~5 s on an idle machine, far beyond the client's 0.5 s (400 tokens once finished within it)
     with pytest.raises(requests.Timeout):
         requests.post(
             f"http://{cancel_server.http}/v2/models/{ENSEMBLE}/generate",
