@@ -61,6 +61,10 @@ def test_serve_starts_the_openai_frontend_and_sigterm_stops_everything(tmp_path,
         name = load_spec(TINY).name
         r = c.chat.completions.create(model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
         assert r.usage.completion_tokens == 4 and r.choices[0].finish_reason == "length"
+        # serve.py prints its ready line after its own readiness poll, which can come a moment after ours.
+        t1 = time.monotonic()
+        while "ready. Try:" not in log.read_text() and proc.poll() is None and time.monotonic() - t1 < 120:
+            time.sleep(0.2)
         assert "ready. Try:" in log.read_text() and f"localhost:{port}/v1/chat/completions" in log.read_text()
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
