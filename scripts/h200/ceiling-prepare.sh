@@ -7,6 +7,7 @@
 # rendered repositories of bench-1b.yaml (torch layout) and bench-1b-trtllm.yaml (tensorrtllm layout,
 # stand-in): after = this working tree, base = BASE_COMMIT (default: main) plus engine/null_model.py,
 # so the "before" runs the same null engine. The device runs: bash build/h17/after/scripts/h200/ceiling.sh
+# (or workers.sh, guided.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$PWD
@@ -16,6 +17,10 @@ bash scripts/h200/prepare.sh $H
 rm -rf $H/model_repository*  # each tree renders its own below
 PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d $H/whl"
 $PIP fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 opentelemetry-api==$(python3 -m pip show opentelemetry-api 2>/dev/null | sed -n 's/^Version: //p' || echo 1.39.1)
+# xgrammar and its FFI runtime for guided.sh (the GPU image has torch, transformers and triton, not these)
+XG="$PIP --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_64"
+$XG xgrammar==$(python3 -m pip show xgrammar | sed -n 's/^Version: //p') \
+  apache-tvm-ffi==$(python3 -m pip show apache-tvm-ffi | sed -n 's/^Version: //p')
 rm -f $H/whl/perf_analyzer-*.whl  # not used here: room for the trees
 rm -rf $H/after $H/base && mkdir -p $H/after $H/base
 git ls-files -co --exclude-standard llmserve tools scripts specs | tar -cf - -T - | tar -xf - -C $H/after
