@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,13 @@ import pytest
 
 from llmserve.checkpoint import build_checkpoint
 from llmserve.deploy.process_group import http_ok
-from llmserve.deploy.tritonserver import TritonProcess, free_ports  # noqa: F401  (re-exported for tests)
+from llmserve.deploy.tritonserver import (  # noqa: F401  (free_ports: re-exported for tests)
+    SHM_DIR,
+    SHM_TAG_ENV,
+    TritonProcess,
+    free_ports,
+    session_prefix,
+)
 from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
 
@@ -18,9 +25,33 @@ from .durations import describe
 
 ADMIN_KEY = "llmserve-tests"
 
+# Every tritonserver this pytest process starts, in-process or under serve.py / the cluster CLI (they
+# inherit the environment), names its shared-memory regions with this tag, so the check at the end of
+# the session (no_leaked_shm) sees the regions of this session's servers and no other session's.
+os.environ[SHM_TAG_ENV] = f"t{os.getpid()}"
+
 
 def pytest_report_header(config):
     return describe()  # which lengths the soak, chaos and fuzz tests run at (tests/durations.py)
+
+
+def leaked_regions() -> list[str]:
+    """/dev/shm regions of this session's servers (SHM_TAG_ENV above)."""
+    return sorted(f.name for f in SHM_DIR.glob(session_prefix() + "*"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_shm():
+    """After every server of the session is stopped (this fixture is set up first, so torn down last),
+    none of their Python-backend regions may be left: a stopped or killed server's are removed by
+    TritonProcess._ended or, for a SIGKILLed serve.py / cluster process, by its reaper. What is left
+    is removed here and fails the session (an error at the last test's teardown)."""
+    yield
+    left = leaked_regions()
+    for name in left:
+        (SHM_DIR / name).unlink(missing_ok=True)
+    if left:
+        pytest.fail(f"{len(left)} /dev/shm regions of this session's servers were left (removed now): {left[:10]}")
 
 
 @dataclass

@@ -9,6 +9,8 @@ import time
 
 import psutil
 
+from llmserve.deploy.tritonserver import SHM_DIR, TritonProcess
+
 
 def tree(pid: int) -> set[int]:
     """pid and every descendant (tritonserver's Python stubs, their watchdogs, HAProxy's workers)."""
@@ -85,3 +87,14 @@ def load_bound(bound_s: float) -> float:
 def shutdown_bound(bound_s: float = 10.0) -> float:
     """The idle-shutdown bound (a shutdown is CPU work: Python stubs finalizing, models unloading)."""
     return load_bound(bound_s)
+
+
+def shm_regions(http_ports) -> list[str]:
+    """/dev/shm regions of the servers on these HTTP ports (this session's: tests/conftest.py's tag)."""
+    return sorted(f.name for port in http_ports for f in SHM_DIR.glob(TritonProcess.tag_prefix(port) + "*"))
+
+
+def remove_shm_regions(http_ports) -> None:
+    """What a fixture whose processes it SIGKILLed (reaper included) leaves: its servers' regions."""
+    for name in shm_regions(http_ports):
+        (SHM_DIR / name).unlink(missing_ok=True)

@@ -60,6 +60,11 @@ class ProcessGroup:
     def _ended(self) -> None:
         """Called once nothing of the group runs any more."""
 
+    def leftovers(self) -> str | None:
+        """A path prefix of the files this run leaves when it is killed, which _ended() removes; the
+        reaper removes them when the supervisor dies before it could (None: nothing)."""
+        return None
+
     # --- shared ------------------------------------------------------------------------------------
     def start(self):
         """Start (again): first end whatever is left of a previous run's process group."""
@@ -77,7 +82,7 @@ class ProcessGroup:
         )
         self.started_at = time.monotonic()
         if self.reaper:
-            self.reaper.register(self.proc.pid)
+            self.reaper.register(self.proc.pid, self.leftovers())
         self._started()
         return self
 

@@ -9,6 +9,7 @@ the libpython it was linked against (docs/architecture.md, "Facts")."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,7 +27,10 @@ from .security import ADMIN_KEY_ENV, restricted_flags, scrub_argv
 
 LOCAL_COPY = ROOT / "build" / "tritonserver"
 SHM_DIR = Path("/dev/shm")
-SHM_PREFIX = "llmserve"  # + "<http port>-<random, per run>_" + the Python backend's UUID (one per stub)
+SHM_PREFIX = "llmserve"  # + ["<tag>-"] "<http port>-<random, per run>_" + the Python backend's UUID (one per stub)
+# An optional tag in every region name of the servers started under it: the test session sets its
+# own (tests/conftest.py), so it can tell the regions its servers left from other sessions' servers.
+SHM_TAG_ENV = "LLMSERVE_SHM_TAG"
 STALE_AFTER_S = 60.0
 # How a start can die that another start on the same machine survives: the Python backend's start-up
 # abort when a stub misses its 1-second health round on a starved machine (docs/PERFORMANCE.md,
@@ -139,6 +143,16 @@ def command(
     ]
 
 
+def session_prefix() -> str:
+    """What every region of the servers started under this environment starts with: SHM_PREFIX, then
+    the tag of $LLMSERVE_SHM_TAG and a dash when it is set. The tag starts with a letter, so no tagged
+    name reads like an untagged one (those go on with the port's digits)."""
+    tag = os.environ.get(SHM_TAG_ENV, "")
+    if tag and not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,31}", tag):
+        raise ValueError(f"{SHM_TAG_ENV}={tag!r}: a letter, then up to 31 letters and digits")
+    return f"{SHM_PREFIX}{tag}-" if tag else SHM_PREFIX
+
+
 def free_ports(n: int) -> list[int]:
     """n TCP ports free on loopback right now (for test servers and local clusters)."""
     socks = [socket.socket() for _ in range(n)]
@@ -241,7 +255,7 @@ class TritonProcess(ProcessGroup):
     @staticmethod
     def tag_prefix(http_port: int) -> str:
         """What every shared-memory region of a server on this port starts with (all its runs)."""
-        return f"{SHM_PREFIX}{http_port}-"
+        return f"{session_prefix()}{http_port}-"
 
     def _starting(self) -> None:
         """A new shared-memory prefix for every run (also the server's instance tag): a run never
@@ -258,6 +272,10 @@ class TritonProcess(ProcessGroup):
 
     def _started(self) -> None:
         self.key_hidden = scrub_argv(self.proc.pid, self.admin_key)
+
+    def leftovers(self) -> str | None:
+        """This run's shared-memory regions (the reaper removes them if we are SIGKILLed)."""
+        return f"{SHM_DIR / self.instance_tag}_" if self.instance_tag else None
 
     def _ended(self) -> None:
         """Shared-memory regions of this run's Python stubs, left behind when they were killed (a

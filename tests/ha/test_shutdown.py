@@ -1,6 +1,7 @@
 """Shutdown of `serve.sh --replicas N` (llmserve.deploy.cluster) as a user runs it, each case on its
 own cluster: idle SIGTERM exits within 10 s (stretched by the machine's load, processes.shutdown_bound) and leaves nothing; a SIGKILLed cluster
-process leaves no HAProxy, tritonserver, stub or watchdog, and its ports are free again."""
+process leaves no HAProxy, tritonserver, stub or watchdog, and its ports are free again. Neither leaves a
+/dev/shm region of its servers (the reaper removes a SIGKILLed cluster's, deploy/reaper.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,16 @@ import yaml
 from llmserve.deploy.tritonserver import is_ready
 from llmserve.spec import ROOT
 
-from ..processes import free_range, living, port_free, shutdown_bound, tree, wait_gone
+from ..processes import (
+    free_range,
+    living,
+    port_free,
+    remove_shm_regions,
+    shm_regions,
+    shutdown_bound,
+    tree,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.e2e
 REPLICAS = 2
@@ -44,6 +54,7 @@ class ClusterCLI:
         path = work / "spec.yaml"
         path.write_text(yaml.safe_dump(spec))
         self.ports = list(range(base, base + 4 * REPLICAS + 4))
+        self.replica_http = list(range(base, base + REPLICAS))
         self.lb_http = base + 3 * REPLICAS
         self.log = work / "cluster.log"
         self.proc = subprocess.Popen(
@@ -80,6 +91,8 @@ class ClusterCLI:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        wait_gone(self.pids, 10)
+        remove_shm_regions(self.replica_http)  # its reaper was killed too: a failed test cleans up here
 
 
 @pytest.fixture
@@ -99,12 +112,14 @@ def test_idle_sigterm_exits_fast_and_leaves_nothing(cluster_cli, emit):
     took = time.monotonic() - t0
     left, _ = wait_gone(c.pids, 5)
     busy_ports = [p for p in c.ports if not port_free(p)]
+    regions = shm_regions(c.replica_http)
     emit(
         f"cluster ({REPLICAS} replicas + HAProxy) idle SIGTERM: exited {rc} after {took:.2f} s; "
-        f"{len(c.pids)} processes before, {len(left)} left; ports still bound: {busy_ports}"
+        f"{len(c.pids)} processes before, {len(left)} left; ports still bound: {busy_ports}; "
+        f"{len(regions)} /dev/shm regions left"
     )
     assert took < shutdown_bound(), f"idle shutdown took {took:.1f} s (bound {shutdown_bound():.0f} s)"
-    assert not left and not busy_ports, (left, busy_ports)
+    assert not left and not busy_ports and not regions, (left, busy_ports, regions)
 
 
 def test_sigkilled_cluster_process_leaves_nothing(cluster_cli, emit):
@@ -114,9 +129,11 @@ def test_sigkilled_cluster_process_leaves_nothing(cluster_cli, emit):
     c.proc.wait()
     left, took = wait_gone(c.pids, 10)
     busy_ports = [p for p in c.ports if not port_free(p)]
+    regions = shm_regions(c.replica_http)  # the reaper removes them once it has killed their servers
     emit(
         f"cluster process SIGKILLed: {n} processes (HAProxy, tritonservers, stubs, watchdogs, reaper); "
-        f"{len(left)} left after {took:.2f} s; ports still bound: {busy_ports}"
+        f"{len(left)} left after {took:.2f} s; ports still bound: {busy_ports}; {len(regions)} /dev/shm regions left"
     )
     assert not left, left
     assert not busy_ports, busy_ports
+    assert not regions, regions

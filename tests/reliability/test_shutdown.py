@@ -4,7 +4,8 @@
   leaves no process behind;
 - busy, SIGTERM: the stream in flight is finished (every token), then it exits;
 - the supervisor SIGKILLed (what Docker, systemd and Kubernetes do after their grace period):
-  tritonserver, its Python stubs and their watchdogs go too (the reaper, deploy/reaper.py)."""
+  tritonserver, its Python stubs and their watchdogs go too, and their /dev/shm regions (the
+  reaper, deploy/reaper.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import yaml
 from llmserve.deploy.tritonserver import free_ports, is_ready
 from llmserve.spec import ROOT
 
-from ..processes import living, shutdown_bound, tree, wait_gone
+from ..processes import living, remove_shm_regions, shm_regions, shutdown_bound, tree, wait_gone
 from .conftest import EVENT_TIMEOUT_S
 
 pytestmark = pytest.mark.e2e
@@ -79,6 +80,8 @@ class Serve:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        wait_gone(self.pids, 10)
+        remove_shm_regions([self.http])  # its reaper was killed too: a failed test cleans up here
 
 
 @pytest.fixture
@@ -140,9 +143,11 @@ def test_sigkilled_supervisor_leaves_nothing(serve, emit):
     os.kill(serve.proc.pid, signal.SIGKILL)
     serve.proc.wait()
     left, took = wait_gone(serve.pids, EVENT_TIMEOUT_S)
+    regions = shm_regions([serve.http])  # the reaper removes them once it has killed the server
     emit(
         f"serve.py SIGKILLed: {len(before)} processes (tritonserver, stubs, watchdogs, reaper); "
-        f"{len(left)} left after {took:.2f} s"
+        f"{len(left)} left after {took:.2f} s; {len(regions)} /dev/shm regions left"
     )
     assert not left, left
+    assert not regions, regions
     assert not is_ready(serve.http, timeout=1)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from llmserve.deploy import tritonserver
 from llmserve.deploy.tritonserver import TritonProcess, sweep_stale_regions
 
@@ -46,3 +48,22 @@ def test_sweep_removes_old_unmapped_regions_only(tmp_path, monkeypatch):
         removed = sweep_stale_regions()
     assert removed == [stale.name]
     assert held.exists() and fresh.exists() and foreign.exists() and not stale.exists()
+
+
+def test_a_session_tag_marks_every_region_name(monkeypatch):
+    monkeypatch.setenv(tritonserver.SHM_TAG_ENV, "t42")
+    assert TritonProcess.tag_prefix(18123) == "llmservet42-18123-"
+    monkeypatch.delenv(tritonserver.SHM_TAG_ENV)
+    assert TritonProcess.tag_prefix(18123) == "llmserve18123-"
+    for bad in ("42", "a-b", "a" * 40):
+        monkeypatch.setenv(tritonserver.SHM_TAG_ENV, bad)
+        with pytest.raises(ValueError, match=tritonserver.SHM_TAG_ENV):
+            TritonProcess.tag_prefix(18123)
+
+
+def test_the_reaper_is_told_this_runs_regions(tmp_path, monkeypatch):
+    monkeypatch.setattr(tritonserver, "SHM_DIR", tmp_path)
+    p = TritonProcess(tmp_path, http_port=18123, grpc_port=18124, metrics_port=18125)
+    assert p.leftovers() is None  # not started: nothing to remove
+    p._starting()
+    assert p.leftovers() == f"{tmp_path}/{p.instance_tag}_"
