@@ -15,7 +15,7 @@ echo "[$(date +%T)] setup"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-g $H/whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site-g:$PWD/$H/after PYTHONUNBUFFERED=1
 python3 $H/after/scripts/h200/make_weights.py $H/tokenizer $CKPT || exit 1
-python3 -c 'import sys, torch, xgrammar; print(sys.version.split()[0], torch.__version__, "xgrammar", xgrammar.__version__)'
+python3 -c 'import sys, torch, xgrammar; print(sys.version.split()[0], torch.__version__, "xgrammar", __import__("importlib.metadata").metadata.version("xgrammar"))'
 for c in ${CONC//,/ }; do
   echo "[$(date +%T)] bench_guided c=$c"
   timeout ${GUIDED_TIMEOUT:-150} python3 $H/after/tools/bench_guided.py --device cuda --checkpoint $CKPT \

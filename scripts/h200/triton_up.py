@@ -3,12 +3,13 @@ its own session, wait until ready, print its PID. Usage: triton_up.py REPO HTTP 
 
 import sys
 import time
+from pathlib import Path
 
 from llmserve.deploy.tritonserver import TritonProcess
 
 repo, http, grpc, metrics, log = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
 t0 = time.time()
-p = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=30, log_path=log)
+p = TritonProcess(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=30, log_path=Path(log))
 p.start()
 try:
     p.wait_ready(timeout_s=400)

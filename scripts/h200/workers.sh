@@ -35,7 +35,6 @@ mkdir -p /tmp/site && tar -xJf $H/pytriton-trim.tar.xz -C /tmp/site &&
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $H/whl/*.whl || exit 1
 (cd $H/after && bash scripts/h200/stub_venv.sh python3 $ROOT/$H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stub-after) || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c 'import sys, torch, uvicorn, prometheus_client as p; print(sys.version.split()[0], torch.__version__, "uvicorn", uvicorn.__version__)'
 nproc; date -u
 python3 - $H/tokenizer $CKPT <<'PY' || exit 1
 import shutil, sys
@@ -52,6 +51,7 @@ for f in tok_dir.iterdir():
 PY
 
 export PYTHONPATH=/tmp/site:$ROOT/$H/after
+python3 -c 'import sys, torch, uvicorn, prometheus_client as p; print(sys.version.split()[0], torch.__version__, "uvicorn", uvicorn.__version__)'
 BENCH0="python3 $H/after/tools/bench.py --spec $H/after/scripts/h200/bench-1b.yaml --checkpoint $CKPT --input-len 128
   --output-len 128 --no-progress --request-timeout 60"
 BENCH="$BENCH0 --duration $DUR"
