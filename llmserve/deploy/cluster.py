@@ -42,7 +42,7 @@ from .haproxy import OPENAI_BACKEND, Backend, check_config, render
 from .haproxy_runtime import RuntimeAPI, rolling_restart
 from .reaper import Reaper
 from .serve import prepare_repository
-from .supervisor import Supervisor, SupervisorThread
+from .supervisor import START_TIMEOUT, Supervisor, SupervisorThread
 from .tritonserver import TRANSIENT_START_ABORTS, TritonProcess, is_ready, sweep_stale_regions
 
 logger = logging.getLogger(__name__)
@@ -63,8 +63,12 @@ class Replica:
         extra: list[str] = (),
         address: str | None = None,
         reaper: Reaper | None = None,
+        start_timeout_s: float | None = None,
     ):
+        """start_timeout_s: restart()'s deadline for each start to become ready (None: the whole
+        restart's time)."""
         self.index, self.name = index, f"triton{index}"
+        self.start_timeout_s = start_timeout_s
         self.repository, self.ports = repository, ports
         self.kw = dict(
             exit_timeout_s=exit_timeout_s,
@@ -105,24 +109,30 @@ class Replica:
             self.process.kill()
 
     def restart(self, timeout_s: float = 600, attempts: int = 3) -> None:
-        """Stop, start, wait until ready. A start that dies before it is ready is reported to
-        on_startup_failure and started again: up to `attempts` times, or, for the Python backend's
-        start-up abort on a starved machine (TRANSIENT_START_ABORTS, docs/PERFORMANCE.md "Start-up
-        aborts"), for as long as timeout_s allows."""
+        """Stop, start, wait until ready. A start that dies before it is ready, or is neither ready nor
+        dead after start_timeout_s (killed then), is reported to on_startup_failure and started again:
+        up to `attempts` times, or, for the Python backend's start-up abort on a starved machine
+        (TRANSIENT_START_ABORTS, docs/PERFORMANCE.md "Start-up aborts"), for as long as timeout_s
+        allows."""
         deadline = time.monotonic() + timeout_s
         with self.lock:
             self.stop()
             failures = 0
             while True:
                 self.start()
+                left = max(1.0, deadline - time.monotonic())
+                this_start = min(left, self.start_timeout_s or left)
                 try:
-                    self.wait_ready(max(1.0, deadline - time.monotonic()))
+                    self.wait_ready(this_start)
                     return
-                except RuntimeError:  # exited before it was ready
-                    self.process.kill()  # what outlived it
-                    cause = self.exit_cause()
+                except (RuntimeError, TimeoutError) as e:  # exited before it was ready, or hung
+                    if isinstance(e, TimeoutError) and this_start >= left:
+                        raise  # the whole restart's time is up
+                    self.process.kill()  # what outlived it, or the hung start itself
+                    cause = self.exit_cause() if isinstance(e, RuntimeError) else START_TIMEOUT
                     if self.on_startup_failure is not None:
-                        self.on_startup_failure(self.name, self.returncode, cause)
+                        detail = f"not ready {this_start:.0f} s after its start" if cause == START_TIMEOUT else ""
+                        self.on_startup_failure(self.name, self.returncode, cause, detail)
                     failures += cause not in TRANSIENT_START_ABORTS
                     pause = min(8.0, 2.0 ** min(failures, 3))
                     if failures >= attempts or time.monotonic() + pause >= deadline:
@@ -189,6 +199,7 @@ class Cluster:
                 extra=(extra or {}).get(i, []),
                 address=spec.ha.host,
                 reaper=self.reaper,
+                start_timeout_s=spec.serving.start_timeout_s,
             )
             for i in range(n)
         ]
@@ -207,7 +218,8 @@ class Cluster:
         )
         # One supervisor for replicas and frontends: each is started again when it exits (back-off
         # when it keeps dying); a replica being restarted by a rolling restart holds its lock.
-        self.supervisor = Supervisor()
+        # A start neither ready nor dead after serving.start_timeout_s is killed and started again.
+        self.supervisor = Supervisor(start_timeout_s=spec.serving.start_timeout_s)
         for r in self.replicas:
             self.supervisor.add(r.name, r, lock=r.lock)
             r.on_startup_failure = self.supervisor.startup_failures.record

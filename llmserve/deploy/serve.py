@@ -27,7 +27,7 @@ from ..repository.writer import check_repository, spec_label, write_repository
 from ..spec import DEFAULT_SPEC, ROOT, SpecError, load_spec
 from .frontend import FrontendProcess
 from .reaper import Reaper
-from .supervisor import Supervisor
+from .supervisor import START_TIMEOUT, Supervisor
 from .tritonserver import TRANSIENT_START_ABORTS, TritonProcess
 
 logger = logging.getLogger(__name__)
@@ -97,8 +97,13 @@ def main(argv=None) -> int:
     triton = supervisor.add(
         "tritonserver",
         server,
-        restart_if=lambda: (ready.is_set() or server.exit_cause() in TRANSIENT_START_ABORTS) and not stopping.is_set(),
+        # A bad set-up is given up on; the start-up abort of a starved machine and a hung start are retried.
+        restart_if=lambda: (
+            ready.is_set() or server.exit_cause() in TRANSIENT_START_ABORTS or triton.last_cause == START_TIMEOUT
+        )
+        and not stopping.is_set(),
         on_start=announce,
+        start_timeout_s=s.start_timeout_s,
     )
     if frontend is not None:
         supervisor.add("the OpenAI frontend", frontend)

@@ -16,6 +16,11 @@ counts it, by cause: the uncaught C++ exception its log names (`exit_cause()`, e
 `boost::interprocess::lock_exception`, docs/PERFORMANCE.md "Start-up aborts"), else its exit status.
 A rolling restart that starts a server itself (cluster.Replica.restart) reports its retries here too.
 The counts go to the log, to the cluster's cluster.json and to tools/chaos.py's report.
+
+A start that hangs is one too: a child given a `start_timeout_s` that has neither been ready nor
+exited that long after a start is killed (its whole process group) and started again at once,
+counted under the cause START_TIMEOUT (once seen under load: a replica whose start never became
+ready, so it was never back UP; docs/PERFORMANCE.md "Start-up aborts").
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ logger = logging.getLogger(__name__)
 QUICK_EXIT_S = 60.0  # an exit sooner than this after a start counts towards the back-off
 MAX_BACKOFF_S = 30.0
 READY_POLL_S = 1.0  # how often a started child that has not been ready yet is asked
+START_TIMEOUT = "start-up timeout"  # the cause a start killed for not being ready in time is counted under
 
 
 class StartupFailures:
@@ -45,13 +51,17 @@ class StartupFailures:
         self.by_cause: Counter = Counter()
         self._lock = threading.Lock()
 
-    def record(self, name: str, returncode: int | None, cause: str | None) -> None:
+    def record(self, name: str, returncode: int | None, cause: str | None, detail: str = "") -> None:
+        """detail: what the log says beyond the cause (a start-up timeout's seconds)."""
         why = cause or f"exit status {returncode}"
         with self._lock:
             self.total += 1
             self.by_child[name] += 1
             self.by_cause[why] += 1
             n = self.total
+        if cause == START_TIMEOUT:
+            logger.warning("%s killed: %s; start-up failure %d of this supervisor", name, detail or why, n)
+            return
         logger.warning(
             "%s exited (%s) before it was ready: %s; start-up failure %d of this supervisor", name, returncode, why, n
         )
@@ -103,6 +113,19 @@ class Supervised:
     ready: bool = False  # that run has been ready (or the child cannot say)
     next_ready_check: float = 0.0
     our_start_at: float | None = None  # child.started_at of the last run this supervisor started
+    start_timeout_s: float | None = None  # kill a run neither ready nor exited this long after its start
+    last_cause: str | None = None  # why the last run counted as a start-up failure ended (None: it did not)
+
+
+def start_overdue(entry: Supervised, now: float) -> bool:
+    """The current run has been watched since its start, has not been ready, and its start-up time is
+    up (a child that cannot say whether it is ready never is)."""
+    return (
+        entry.start_timeout_s is not None
+        and entry.run_started_at == entry.child.started_at
+        and not entry.ready
+        and now - entry.child.started_at >= entry.start_timeout_s
+    )
 
 
 class Supervisor:
@@ -111,10 +134,13 @@ class Supervisor:
         *,
         quick_s: float = QUICK_EXIT_S,
         max_s: float = MAX_BACKOFF_S,
+        start_timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        """clock: what the children's started_at is read against (time.monotonic; tests pass a fake)."""
+        """start_timeout_s: every child's, unless add() gives its own (None: no deadline).
+        clock: what the children's started_at is read against (time.monotonic; tests pass a fake)."""
         self.quick_s, self.max_s, self.clock = quick_s, max_s, clock
+        self.start_timeout_s = start_timeout_s
         self.entries: list[Supervised] = []
         self.halted = False
         self.startup_failures = StartupFailures()
@@ -128,9 +154,14 @@ class Supervisor:
         lock: threading.RLock | None = None,
         restart_if: Callable[[], bool] | None = None,
         on_start: Callable[[], None] | None = None,
+        start_timeout_s: float | None = None,
     ) -> Supervised:
-        """lock: the child's own, when others (a rolling restart) also restart it."""
+        """lock: the child's own, when others (a rolling restart) also restart it.
+        start_timeout_s: this child's start-up deadline (default: the supervisor's); only a child with
+        is_ready() has one."""
         entry = Supervised(name, child, Backoff(self.quick_s, self.max_s), restart_if=restart_if, on_start=on_start)
+        if hasattr(child, "is_ready"):
+            entry.start_timeout_s = start_timeout_s if start_timeout_s is not None else self.start_timeout_s
         if lock is not None:
             entry.lock = lock
         self.entries.append(entry)
@@ -180,25 +211,47 @@ class Supervisor:
         if child.alive():
             entry.next_start_at = None  # started again by someone else meanwhile
             self._watch_ready(entry, now)
-            return False
+            if not start_overdue(entry, now):
+                return False
+            # Hung: neither ready nor exited in time. Killed here, it is handled below as an exit,
+            # counted under START_TIMEOUT rather than the exit status the kill gave it.
+            child.kill()
+            ran_s = now - child.started_at
+            entry.last_cause = START_TIMEOUT
+            self.startup_failures.record(
+                entry.name, child.returncode, START_TIMEOUT, f"neither ready nor exited {ran_s:.0f} s after its start"
+            )
+            return self._restart_after_end(entry, now)
         if entry.next_start_at is None:  # just noticed
             child.kill()  # what outlived it (tritonserver's stubs hold the model and the KV cache)
             watched = entry.run_started_at == child.started_at
+            entry.last_cause = None
             if (watched and not entry.ready) or (not watched and child.started_at == entry.our_start_at):
                 cause = child.exit_cause() if hasattr(child, "exit_cause") else None
+                entry.last_cause = cause or f"exit status {child.returncode}"
                 self.startup_failures.record(entry.name, child.returncode, cause)
-            if entry.restart_if is not None and not entry.restart_if():
-                entry.gave_up = True
-                logger.error("%s exited (%s); not starting it again", entry.name, child.returncode)
-                return False
-            delay = entry.backoff.after_exit(now - child.started_at)
-            entry.next_start_at = now + delay
-            logger.warning(
-                "%s exited (%s); starting it again%s",
-                entry.name,
-                child.returncode,
-                f" in {delay:g} s ({entry.backoff.quick_exits} quick exits in a row)" if delay else "",
-            )
+            return self._restart_after_end(entry, now)
+        return self._start_when_due(entry, now)
+
+    def _restart_after_end(self, entry: Supervised, now: float) -> bool:
+        """The run has ended (what outlived it is killed): give up, or start again after the back-off."""
+        child = entry.child
+        if entry.restart_if is not None and not entry.restart_if():
+            entry.gave_up = True
+            logger.error("%s exited (%s); not starting it again", entry.name, child.returncode)
+            return False
+        delay = entry.backoff.after_exit(now - child.started_at)
+        entry.next_start_at = now + delay
+        logger.warning(
+            "%s exited (%s); starting it again%s",
+            entry.name,
+            child.returncode,
+            f" in {delay:g} s ({entry.backoff.quick_exits} quick exits in a row)" if delay else "",
+        )
+        return self._start_when_due(entry, now)
+
+    def _start_when_due(self, entry: Supervised, now: float) -> bool:
+        child = entry.child
         if now < entry.next_start_at or self.halted:
             return False
         entry.next_start_at = None

@@ -128,6 +128,11 @@ class Serving(Strict):
     """How long tritonserver waits for in-flight requests on SIGTERM."""
     request_timeout_s: float = Field(default=600, gt=0)
     """A request still generating after this long is cancelled and answered with an error."""
+    start_timeout_s: float = Field(default=300, gt=0)
+    """A supervised tritonserver or OpenAI frontend that has neither become ready nor exited this long
+    after a start is killed and started again, counted as a start-up failure (deploy/supervisor.py).
+    The slowest measured took at most 214 s, at load average 30-46 on 2 cores (docs/PERFORMANCE.md,
+    "Start-up aborts")."""
     unary_twins: bool = True
     """Also generate ensemble_unary / tensorrt_llm_unary so unary infer works beside streaming."""
 

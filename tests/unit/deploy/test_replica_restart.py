@@ -24,6 +24,7 @@ def replica(outcomes: list[str | None], monkeypatch) -> tuple[Replica, list]:
     monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
     r = Aborting.__new__(Aborting)
     r.name, r.lock, r.process = "triton1", cluster.threading.RLock(), FakeProcess()
+    r.start_timeout_s = None
     seen, starts = [], iter(outcomes)
     state = {}
     r.stop = lambda: None
@@ -35,7 +36,7 @@ def replica(outcomes: list[str | None], monkeypatch) -> tuple[Replica, list]:
             raise RuntimeError("exited before it was ready")
 
     r.wait_ready = wait_ready
-    r.on_startup_failure = lambda name, rc, cause: seen.append(cause)
+    r.on_startup_failure = lambda name, rc, cause, detail="": seen.append(cause)
     return r, seen
 
 
@@ -51,3 +52,31 @@ def test_other_deaths_before_ready_give_up_after_three(monkeypatch):
     with pytest.raises(RuntimeError):
         r.restart(timeout_s=600)
     assert seen == ["std::bad_alloc"] * 3
+
+
+def test_a_start_that_hangs_is_killed_after_its_start_timeout_and_retried(monkeypatch):
+    r, seen = replica([None, None], monkeypatch)
+    r.start_timeout_s = 300
+    waits = []
+
+    def wait_ready(timeout_s):
+        waits.append(timeout_s)
+        if len(waits) == 1:
+            raise TimeoutError("not ready")  # the first start hangs
+
+    r.wait_ready = wait_ready
+    r.restart(timeout_s=600)
+    assert seen == [cluster.START_TIMEOUT] and waits[0] == 300 and len(waits) == 2
+
+
+def test_the_whole_restarts_time_running_out_is_not_retried(monkeypatch):
+    r, seen = replica([None], monkeypatch)
+    r.start_timeout_s = None
+
+    def wait_ready(timeout_s):
+        raise TimeoutError("not ready")
+
+    r.wait_ready = wait_ready
+    with pytest.raises(TimeoutError):
+        r.restart(timeout_s=600)
+    assert seen == []

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from llmserve.deploy.supervisor import MAX_BACKOFF_S, QUICK_EXIT_S, Backoff, Supervisor
+from llmserve.deploy.supervisor import MAX_BACKOFF_S, QUICK_EXIT_S, START_TIMEOUT, Backoff, Supervisor
 
 
 class Clock:
@@ -193,3 +193,71 @@ def test_a_run_that_died_before_the_first_look_counts_when_the_supervisor_starte
     child.exit(1)  # the new run dies before the supervisor ever looked at it
     sup.poll()
     assert sup.startup_failures.as_dict()["by_cause"] == {"exit status 1": 1}
+
+
+class HangingChild(ReadyChild):
+    """A start that neither becomes ready nor exits until killed (kill() ends it, as killpg does)."""
+
+    def kill(self) -> None:
+        super().kill()
+        if self.running:
+            self.exit(-9)
+
+
+def test_a_start_that_hangs_past_its_deadline_is_killed_counted_and_restarted(clock):
+    sup = Supervisor(clock=clock, start_timeout_s=300)
+    child = HangingChild(clock).start()
+    entry = sup.add("triton2", child)
+    sup.poll()  # watched from its start
+    clock.now += 299
+    assert sup.poll() == [] and child.kills == 0  # still within its time
+    clock.now += 1
+    assert sup.poll() == ["triton2"]  # killed, then started again at once (it ran longer than a quick exit)
+    assert child.kills == 1 and child.starts == 2 and child.alive()
+    assert sup.startup_failures.as_dict() == {"total": 1, "by_child": {"triton2": 1}, "by_cause": {START_TIMEOUT: 1}}
+    assert entry.last_cause == START_TIMEOUT
+    # the new run gets its own deadline, and becomes ready in time: nothing more happens to it
+    sup.poll()
+    clock.now += 200
+    child.ready = True
+    sup.poll()
+    clock.now += 1000
+    assert sup.poll() == [] and child.kills == 1 and sup.startup_failures.total == 1
+
+
+def test_a_start_timeout_counts_once_not_again_as_an_exit(clock):
+    sup = Supervisor(clock=clock, start_timeout_s=10, quick_s=60)
+    child = HangingChild(clock).start()
+    sup.add("openai0", child)
+    sup.poll()
+    clock.now += 10
+    assert sup.poll() == []  # killed; a quick end (10 s < 60 s): waits out its 1 s back-off
+    clock.now += 1
+    assert sup.poll() == ["openai0"] and sup.startup_failures.total == 1
+
+
+def test_no_deadline_without_a_start_timeout_or_a_readiness_probe(clock):
+    sup = Supervisor(clock=clock, start_timeout_s=5)
+    hanging, plain = HangingChild(clock).start(), FakeChild(clock).start()
+    sup.add("triton0", hanging, start_timeout_s=None)  # None: the supervisor's own (5 s)
+    sup.add("no-probe", plain)  # cannot say whether it is ready: counts as ready
+    other = Supervisor(clock=clock)  # no deadline at all
+    lone = HangingChild(clock).start()
+    other.add("triton1", lone)
+    sup.poll(), other.poll()
+    clock.now += 1000
+    assert sup.poll() == ["triton0"] and plain.kills == 0
+    assert other.poll() == [] and lone.kills == 0
+
+
+def test_a_run_that_became_ready_has_no_start_deadline(clock):
+    sup = Supervisor(clock=clock, start_timeout_s=5)
+    child = HangingChild(clock).start()
+    sup.add("triton0", child)
+    sup.poll()
+    child.ready = True
+    clock.now += 1
+    sup.poll()
+    child.ready = False  # a busy server's probe fails later: not a start-up matter
+    clock.now += 1000
+    assert sup.poll() == [] and child.kills == 0
