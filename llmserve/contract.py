@@ -46,8 +46,9 @@ MAX_GUIDE_CHARS = 65536  # a longer schema or grammar is refused before it is pa
 # 0) asks for the k most likely tokens at each generated position, from the same distribution as
 # output_log_probs (the model's own: before penalties, temperature and any grammar mask), as OpenAI's
 # `top_logprobs`. Answered per response as [tokens, k] (with the batch dimension [1, tokens, k]);
-# the ensemble always answers them, [tokens, 0] when none were asked for. The torch engine only: in
-# the tensorrtllm layout the relay refuses a request for them by name.
+# the ensemble always answers them, [tokens, 0] when none were asked for. In the tensorrtllm layout the
+# relay computes them from the backend's generation_logits (GENERATION_LOGITS below) when the engine was
+# built to return them (engine.tensorrtllm.gather_generation_logits), and refuses them by name otherwise.
 TOP_LOG_PROBS = "num_top_log_probs"
 MAX_TOP_LOG_PROBS = 20
 TOP_OUTPUTS = [Tensor("top_token_ids", "INT32", (-1, -1)), Tensor("top_log_probs", "FP32", (-1, -1))]
@@ -154,12 +155,16 @@ CONTEXT_TOKENS = 8
 RELAY_INPUTS: list[Tensor] = ENGINE_INPUTS
 # decoder_input_ids is declared, never forwarded (the relay checks it); request_key, stop_words_match,
 # echo_ids and num_top_log_probs are ours, not the backend's (the relay applies or refuses them).
+# The relay computes top log-probs from the backend's generation_logits (return_generation_logits, on an
+# engine built with gather_generation_logits: pipeline/top_logprobs.py); neither is the relay's own
+# input or output, so clients of tensorrt_llm never see the logits.
+GENERATION_LOGITS = "generation_logits"
 BACKEND_INPUTS: list[Tensor] = [
     t for t in ENGINE_INPUTS if t.name not in (REQUEST_KEY, STOP_WORDS_MATCH, ECHO_IDS, TOP_LOG_PROBS)
-]
+] + [Tensor("return_generation_logits", "BOOL", (1,), reshape_scalar=True)]
 BACKEND_OUTPUTS: list[Tensor] = [
     t for t in ENGINE_OUTPUTS if t.name not in ("output_context_ids", REQUEST_KEY, *TOP_NAMES)
-]
+] + [Tensor(GENERATION_LOGITS, "FP32", (-1, -1, -1))]
 
 # --- preprocessing: validates every client input once, emits the token-level request -----------
 PREPROCESSING_INPUTS: list[Tensor] = ENSEMBLE_INPUTS

@@ -264,8 +264,8 @@ class Engine:
         picked, slow = [], []
         for i, s in enumerate(seqs):
             p, tok = s.params, res.tokens[i]
-            # A guided row needs its grammar's mask, one that reports top log-probs the whole logits row.
-            plain = p.greedy and p.plain and s.matcher is None and not p.top_logprobs
+            # A guided row needs its grammar's mask, one that reports top log-probs or logits the whole row.
+            plain = p.greedy and p.plain and s.matcher is None and not p.top_logprobs and not p.return_logits
             if plain and not (tok in p.end_ids and len(s.generated) < p.min_tokens):
                 picked.append((s, tok, res.logprobs[i]))
             else:
@@ -316,7 +316,11 @@ class Engine:
 
     def _top_log_probs(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         """The k most likely tokens of the rows that asked (params.top_logprobs), from the model's own
-        distribution (the logits before any mask or penalty), as output_log_probs: one topk for the step."""
+        distribution (the logits before any mask or penalty), as output_log_probs: one topk for the step.
+        Rows with params.return_logits keep that logits row itself (copied to the host)."""
+        for i, s in enumerate(seqs):
+            if s.params.return_logits:
+                s.pending_logits = logits[i].float().cpu().numpy()
         rows = [i for i, s in enumerate(seqs) if s.params.top_logprobs]
         if not rows:
             return
@@ -345,6 +349,9 @@ class Engine:
                     seq.top_ids.append(seq.pending_top[0])
                     seq.top_lps.append(seq.pending_top[1])
                     seq.pending_top = None
+                if seq.pending_logits is not None:
+                    seq.gen_logits.append(seq.pending_logits)
+                    seq.pending_logits = None
                 if seq.stop is not None and (keep := seq.stop.push(tok)) is not None:
                     seq.keep, seq.finish_reason = keep, FinishReason.STOP_WORD
                 elif p.stop_sequences and ends_with_any(seq.generated, p.stop_sequences):

@@ -26,6 +26,9 @@ class SamplingParams:
     grammar: object | None = None
     # the k most likely tokens (ids, log-probs) to report at each generated position (contract.TOP_LOG_PROBS)
     top_logprobs: int = 0
+    # each generated token's raw logits row (the model's, before any mask or penalty): the tensorrtllm
+    # layout's stand-in answers TensorRT-LLM's generation_logits from it (pipeline/standin.py)
+    return_logits: bool = False
 
     @property
     def greedy(self) -> bool:

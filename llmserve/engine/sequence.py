@@ -41,6 +41,9 @@ class Sequence:
     top_ids: list[list[int]] = field(default_factory=list)
     top_lps: list[list[float]] = field(default_factory=list)
     pending_top: tuple[list[int], list[float]] | None = None  # the step's, until its token is accepted
+    # params.return_logits: per generated token, its position's logits row (float32 numpy, on the host)
+    gen_logits: list = field(default_factory=list)
+    pending_logits: object | None = None  # the step's, until its token is accepted
     arrival: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")  # monotonic time after which the request is cancelled
     last_emit_at: float = float("-inf")

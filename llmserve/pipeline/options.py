@@ -152,6 +152,9 @@ class RelayOptions(ModelParams):
     max_output_len: int
     exclude_input_in_output: bool
     cancellation_check_period_ms: int
+    # the engine returns generation_logits (engine.tensorrtllm.gather_generation_logits): top log-probs
+    # (num_top_log_probs) are computed from them, else refused (pipeline/top_logprobs.py)
+    gather_generation_logits: bool = False
 
     @classmethod
     def from_spec(cls, spec, tokenizer_dir: str) -> RelayOptions:
@@ -163,4 +166,5 @@ class RelayOptions(ModelParams):
             max_output_len=spec.engine.max_output_len,
             exclude_input_in_output=spec.serving.exclude_input_in_output,
             cancellation_check_period_ms=cancellation_check_period_ms(spec),
+            gather_generation_logits=spec.engine.tensorrtllm.gather_generation_logits,
         )

@@ -15,7 +15,8 @@ torch engine's token-level contract:
   are dropped and the backend request is stopped (`stop` input, same request id);
 - a non-streaming request is streamed from the backend too (so stop words end it early) and answered
   once; the prompt comes first unless exclude_input_in_output;
-- log probs passed through when the backend sends them (return_log_probs), never invented.
+- log probs passed through when the backend sends them (return_log_probs), never invented; top log-probs
+  (num_top_log_probs) computed from the backend's generation_logits (pipeline/top_logprobs.py).
 
 `RelayStream` is one stream's state, Triton-free; `Relay` runs a request over BLS (a thread per request)
 with the Triton utils module passed in, so the model.py adapter only hands requests over."""
@@ -31,12 +32,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import ECHO_IDS, REQUEST_KEY, STOP_WORDS_MATCH, TOP_LOG_PROBS, ErrorKind
+from ..contract import ECHO_IDS, GENERATION_LOGITS, REQUEST_KEY, STOP_WORDS_MATCH, TOP_LOG_PROBS, ErrorKind
 from ..errors import RequestError, triton_error
 from ..logs import request_context
-from ..request.reader import check
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
+from . import top_logprobs
 from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, key_tensor, request_key, send_stop
 from .options import RelayOptions
 from .stream_output import TokenStream
@@ -69,6 +70,7 @@ class RelayStream:
     skip_special_tokens: bool = True
     generated: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: tuple[list, list] = field(default_factory=lambda: ([], []))  # per generated token: top ids, log-probs
     has_logprobs: bool = False
     released: int = 0  # generated tokens handed on
     stopped: bool = False  # a stop word matched: the backend request must be stopped
@@ -77,10 +79,13 @@ class RelayStream:
         words = self.req.params.stop_words
         self.matcher = StopMatcher(self.tokenizer, words, self.skip_special_tokens) if words else None
         echo = self.req.prompt if self.req.echo is None else self.req.echo
-        self.out = TokenStream(echo, self.req.exclude_input_in_output)
+        self.out = TokenStream(echo, self.req.exclude_input_in_output, self.req.params.top_logprobs)
 
-    def push(self, tokens: list[int], logprobs: list[float] | None) -> dict[str, np.ndarray] | None:
-        """One backend response. Returns the chunk to stream now (streaming requests), or None."""
+    def push(
+        self, tokens: list[int], logprobs: list[float] | None, top: tuple[list, list] | None = None
+    ) -> dict[str, np.ndarray] | None:
+        """One backend response. Returns the chunk to stream now (streaming requests), or None.
+        `top`: each token's alternatives (ids, log-probs), when the request asked for them."""
         if self.stopped:
             return None
         if logprobs is not None:
@@ -88,9 +93,13 @@ class RelayStream:
         for i, tok in enumerate(tokens):
             self.generated.append(tok)
             self.logprobs.append(float(logprobs[i]) if logprobs is not None and i < len(logprobs) else 0.0)
+            if top is not None:
+                self.top[0].append(top[0][i])
+                self.top[1].append(top[1][i])
             if self.matcher is not None and (keep := self.matcher.push(tok)) is not None:
                 del self.generated[keep:]
                 del self.logprobs[keep:]
+                del self.top[0][keep:], self.top[1][keep:]
                 self.stopped = True
                 break
         if not self.req.streaming:
@@ -108,6 +117,7 @@ class RelayStream:
             self.logprobs[self.released : upto],
             final,
             with_logprobs=self.has_logprobs,
+            top=(self.top[0][self.released : upto], self.top[1][self.released : upto]),
         )
         self.released = upto
         return chunk
@@ -143,6 +153,7 @@ class Relay:
         self.pb, self.opts, self.tok, self.decoupled, self.clock = pb, opts, tokenizer, decoupled, clock
         self.target = opts.target_model
         self.inner = CancelRegistry()  # client's request id -> stops of its backend requests
+        self.vocab = top_logprobs.model_vocab_size(opts.tokenizer_dir)  # cuts generation_logits' padding
 
     def execute(self, requests):
         """Decoupled: hand each request to its thread and return None. Otherwise (serving.streaming:
@@ -178,12 +189,8 @@ class Relay:
                 exclude_default=self.opts.exclude_input_in_output,
                 decode_word=lambda ids: self.tok.decode(ids, skip_special_tokens=False),
             )
-            # TensorRT-LLM's backend has no top log-probs (ours, the torch engine's): refused, not ignored.
-            check(
-                TOP_LOG_PROBS,
-                not req.params.top_logprobs,
-                "is served by the torch engine only (TensorRT-LLM's backend returns no alternatives)",
-            )
+            # Top log-probs come from generation_logits: refused (not ignored) on an engine without them.
+            top_logprobs.check_enabled(req.params.top_logprobs, self.opts.gather_generation_logits)
         except RequestError as e:
             return sender.send(error_response(pb, e), flags=final)
         if not self.decoupled:
@@ -208,13 +215,19 @@ class Relay:
         skip = NOT_FORWARDED if req.params.stop_sequences else (*NOT_FORWARDED, "stop_words_list")
         inputs = [t for t in request.inputs() if t.name() not in skip]
         inputs.append(pb.Tensor("streaming", np.array([[True]], dtype=np.bool_)))
+        k = req.params.top_logprobs
+        if top_logprobs.return_generation_logits(k):
+            inputs.append(pb.Tensor(top_logprobs.RETURN_GENERATION_LOGITS, np.array([[True]], dtype=np.bool_)))
         stream = RelayStream(req, self.tok, self.opts.skip_special_tokens)
         # The client went away: only seen when the relay is the top-level request (a direct gRPC client
         # of tensorrt_llm); through the ensemble, postprocessing's stop arrives instead.
         polls = PollThrottle.from_ms(self.opts.cancellation_check_period_ms, clock=self.clock)
         polls.start()
         responses = pb.InferenceRequest(
-            model_name=self.target, inputs=inputs, requested_output_names=BACKEND_OUTPUTS, request_id=inner_id
+            model_name=self.target,
+            inputs=inputs,
+            requested_output_names=BACKEND_OUTPUTS + top_logprobs.backend_outputs(k),
+            request_id=inner_id,
         ).exec(decoupled=True)
         for response in responses:
             if response.has_error():
@@ -225,7 +238,13 @@ class Relay:
             lengths = pb.get_output_tensor_by_name(response, "sequence_length").as_numpy()
             lp = pb.get_output_tensor_by_name(response, "output_log_probs")
             tokens = backend_tokens(ids.as_numpy(), lengths)
-            chunk = stream.push(tokens, None if lp is None else lp.as_numpy().reshape(-1)[: len(tokens)].tolist())
+            top = None
+            if k:
+                logits = pb.get_output_tensor_by_name(response, GENERATION_LOGITS)
+                top = top_logprobs.top_from_logits(
+                    None if logits is None else logits.as_numpy(), len(tokens), k, self.vocab
+                )
+            chunk = stream.push(tokens, None if lp is None else lp.as_numpy().reshape(-1)[: len(tokens)].tolist(), top)
             if chunk is not None:
                 sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)))
             if stream.stopped or (hasattr(sender, "is_cancelled") and polls.due() and sender.is_cancelled()):

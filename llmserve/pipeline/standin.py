@@ -17,6 +17,12 @@ interface (trtllm/upstream.py, model_instance_state.cc / utils.cc of TensorRT-LL
   `guided_decoding_backend: xgrammar` and an existing `xgrammar_tokenizer_info_path`: xgrammar's
   tokenizer info is read from that file, as the backend does, and the guide enforced by the torch
   engine's code (engine/guided.py); without them a guided request is refused;
+- generation_logits only when the request sets return_generation_logits, shaped as the backend sends them
+  (streaming [1, new tokens, beams, vocab] per response, else [1, beams, request_output_len, vocab] with
+  the rows past the output left zero), the torch engine's own logits of each generated token; on an
+  engine built without gather_generation_logits (the engine's config.json at gpt_model_path, else the
+  spec's engine.tensorrtllm.gather_generation_logits, a stand-in parameter) such a request fails with
+  the executor's assertion;
 - the backend's checks and messages for bad input (all TRITONSERVER_ERROR_INTERNAL).
 
 Generation itself is llmserve's torch engine (in-flight batching), so the numbers are the torch
@@ -25,6 +31,7 @@ engine's, not TensorRT-LLM's. Triton-free: the model.py adapter passes tensors i
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..contract import GENERATION_LOGITS
 from ..engine.sampling import SamplingParams, trtllm_top_k_top_p
 from ..engine.sequence import Sequence
 from ..errors import RequestError
@@ -125,6 +133,7 @@ class BackendRequest:
     params: SamplingParams
     stop_words: list[list[int]]
     guide: Guide | None = None
+    return_generation_logits: bool = False
 
 
 def _scalar(read: Reader, name: str):
@@ -238,6 +247,7 @@ def parse_request(
         params=params,
         stop_words=_word_list(read, "stop_words_list"),
         guide=guide,
+        return_generation_logits=bool(_scalar(read, "return_generation_logits") or False),
     )
 
 
@@ -255,6 +265,7 @@ class StandinStream:
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.cum = 0.0
+        self.seq: Sequence | None = None  # the engine's sequence: its gen_logits (return_generation_logits)
 
     def cancel(self) -> None:
         self.stopped = True
@@ -275,13 +286,19 @@ class StandinStream:
                     f"the following error: {seq.error or reason.value}",
                 )
             want = self.req.return_log_probs
+            self.seq = seq
             for i, (tok, lp) in enumerate(zip(tokens, logprobs)):
+                row = len(self.tokens)  # this token's index in seq.generated (the engine matches no stop words)
                 self.tokens.append(tok)
                 self.logprobs.append(lp)
                 self.cum += lp
                 hit = ends_with_any(self.tokens, self.req.stop_words)
                 if self.req.streaming:
                     out = token_outputs([tok], [lp] if want else None, self.cum)
+                    if self.req.return_generation_logits:  # [1, new tokens, beams, vocab]
+                        logits = seq.gen_logits[row]
+                        seq.gen_logits[row] = None  # sent: a long stream keeps no vocab-sized rows
+                        out[GENERATION_LOGITS] = logits.astype(np.float32).reshape(1, 1, 1, -1)
                     if hit or (finished and i == len(tokens) - 1):
                         if hit:
                             self.cancel()
@@ -298,12 +315,36 @@ class StandinStream:
     def _whole(self) -> dict[str, np.ndarray]:
         prefix = [] if self.req.exclude_input_in_output else self.req.prompt
         lps = [0.0] * len(prefix) + self.logprobs
-        return token_outputs(prefix + self.tokens, lps if self.req.return_log_probs else None, self.cum)
+        out = token_outputs(prefix + self.tokens, lps if self.req.return_log_probs else None, self.cum)
+        if self.req.return_generation_logits:
+            out[GENERATION_LOGITS] = self._all_logits()
+        return out
+
+    def _all_logits(self) -> np.ndarray:
+        """Non-streaming generation_logits: [1, beams, request_output_len, vocab], as the executor's
+        buffer for the whole request; rows past the generated tokens stay zero (the executor never
+        writes them)."""
+        rows = [r for r in (self.seq.gen_logits if self.seq is not None else []) if r is not None]
+        vocab = rows[0].shape[-1] if rows else 0
+        out = np.zeros((1, 1, self.req.max_new_tokens, vocab), dtype=np.float32)
+        for i, r in enumerate(rows[: len(self.tokens)]):
+            out[0, 0, i] = r
+        return out
 
     def _finish(self, outputs, failure: FinishReason | None = None, message: str | None = None) -> None:
         self.done = True
         self.on_done()
         self.send(outputs, True, failure, message)
+
+
+def gathers_generation_logits(backend: BackendParams) -> bool:
+    """Whether the engine was built with gather_generation_logits, as TensorRT-LLM reads it from the
+    engine's config.json (build_config); without a built engine (CI), the spec's value that the
+    generator passes as a stand-in parameter."""
+    config = Path(backend.gpt_model_path) / "config.json"
+    if config.is_file():
+        return bool(json.loads(config.read_text()).get("build_config", {}).get("gather_generation_logits"))
+    return U.parse_bool(backend.standin.get("gather_generation_logits", "false"))
 
 
 class Standin:
@@ -313,6 +354,7 @@ class Standin:
     def __init__(self, params: dict[str, str], resolve: Callable[[str], str], decoupled: bool):
         self.backend = read_parameters(params)  # fails the load as the C++ backend would
         self.decoupled = decoupled
+        self.gathers_generation_logits = gathers_generation_logits(self.backend)
         info = self.backend.xgrammar_tokenizer_info_path
         if info and not Path(info).is_file():  # the backend checks the path it is given exists
             raise BackendError(f"Tokenizer info file {info} does not exist")
@@ -334,6 +376,10 @@ class Standin:
             max_beam_width=self.backend.max_beam_width,
             default_end_ids=tuple(model.eos_token_ids),
         )
+        if req.return_generation_logits:
+            if not self.gathers_generation_logits:  # the executor's check when it schedules the request
+                raise BackendError(U.GATHER_GENERATION_LOGITS_ERROR)
+            req.params.return_logits = True
         if req.guide is not None:
             if not self.backend.xgrammar_tokenizer_info_path:  # ours: the executor's wording is not known
                 raise BackendError(

@@ -117,6 +117,10 @@ def standin(backend_cfg: mc.ModelConfig, spec: Spec, repo_dir: Path) -> mc.Model
     opts = EngineOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     for key, value in params(**opts.to_params()).items():
         cfg.parameters[STANDIN_PREFIX + key].CopyFrom(value)
+    # The engine the spec would build: the C++ backend learns this from the engine's config.json
+    # (build_config.gather_generation_logits), which CI has no engine for.
+    built = params(gather_generation_logits=spec.engine.tensorrtllm.gather_generation_logits)
+    cfg.parameters[STANDIN_PREFIX + "gather_generation_logits"].CopyFrom(built["gather_generation_logits"])
     return cfg
 
 

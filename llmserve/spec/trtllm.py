@@ -46,6 +46,12 @@ class TensorRTLLMEngine(Strict):
     """Paged KV cache block size in tokens (trtllm-build --tokens_per_block)."""
     workers: int | None = Field(default=None, ge=1)
     """trtllm-build --workers (ranks built in parallel); default min(tp*pp, visible_gpus)."""
+    gather_generation_logits: bool = False
+    """trtllm-build --gather_generation_logits: the engine can return each generated token's logits
+    (`return_generation_logits`), which the relay turns into top log-probs (`num_top_log_probs`, the
+    OpenAI API's `top_logprobs`); without it those are refused with a 400. Costs GPU memory (a logits
+    buffer of max_batch_size x vocab per step, plus the engine's gathered-logits output) and, per request
+    that asks, one vocab-sized logits row per token copied to the host (docs/tensorrtllm.md)."""
 
     # --- runtime (tensorrtllm backend parameters) -----------------------------------------------
     kv_cache_free_gpu_mem_fraction: float = Field(default=0.9, gt=0, le=1)

@@ -123,6 +123,8 @@ def build_flags(spec: Spec) -> dict[str, str]:
         "use_paged_context_fmha": "enable" if paged_context else "disable",
         "workers": str(t.workers or min(t.world_size, t.visible_gpus)),
     }
+    if t.gather_generation_logits:  # top log-probs in this layout (docs/tensorrtllm.md): a switch, no value
+        flags["gather_generation_logits"] = ""
     return flags
 
 
@@ -142,7 +144,7 @@ def commands(spec: Spec) -> dict[str, list[str]]:
     if problems:  # the table of what trtllm-build accepts (trtllm/upstream.py)
         raise ValueError("trtllm-build would refuse these flags:\n  " + "\n  ".join(problems))
     for k, v in flags.items():
-        build += [f"--{k}", v]
+        build += [f"--{k}", v] if v else [f"--{k}"]
     return {"convert": convert, "build": build}
 
 

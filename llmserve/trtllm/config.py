@@ -346,6 +346,13 @@ def tensorrtllm_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     where = engine_dir(spec)
     engine_cfg = read_engine_config(where)
     lim = limits(spec, engine_cfg, where)
+    gathers = engine_cfg is not None and bool(engine_cfg["build_config"].get("gather_generation_logits"))
+    if t.gather_generation_logits and engine_cfg is not None and not gathers:
+        # The relay would ask for generation_logits and every top log-probs request would fail in the executor.
+        raise ValueError(
+            f"engine.tensorrtllm.gather_generation_logits is true but the engine in {where} was built without "
+            "--gather_generation_logits; rebuild it (scripts/build_engine.py --force)"
+        )
     if lim.max_num_tokens < lim.max_input_len and not t.enable_chunked_context:
         raise ValueError(
             f"max_num_tokens {lim.max_num_tokens} < max_input_len {lim.max_input_len} without "

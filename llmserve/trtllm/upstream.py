@@ -394,12 +394,28 @@ OUTPUTS: dict[str, IO] = {
         IO("cum_log_probs", "FP32", (-1,), "Only when the request sets return_log_probs."),
         IO("output_log_probs", "FP32", (-1, -1), "Only when the request sets return_log_probs."),
         IO("context_logits", "FP32", (-1, -1), "Only with return_context_logits."),
-        IO("generation_logits", "FP32", (-1, -1, -1), "Only with return_generation_logits."),
+        IO(
+            "generation_logits",
+            "FP32",
+            (-1, -1, -1),
+            "Only with return_generation_logits, on an engine built with --gather_generation_logits (else the "
+            "request fails: GATHER_GENERATION_LOGITS_ERROR). Each response's new tokens' logits, vocab padded to a "
+            "multiple of tp_size: streaming [1, new tokens, beams, vocab] (beams before vocab, one new token per "
+            "response), non-streaming [1, beams, request_output_len, vocab] (rows past the generated tokens are "
+            "never written). dtype: the config's output data_type, which must equal the engine's logits dtype.",
+        ),
         IO("batch_index", "INT32", (1,), "Only for a request of batch size > 1."),
         IO("sequence_index", "INT32", (1,), "Only with num_return_sequences > 1."),
     ]
 }
 ALWAYS_SENT = ("output_ids", "sequence_length")
+# The executor's check when it schedules a request with return_generation_logits on an engine built without
+# --gather_generation_logits (trtGptModelInflightBatching.cpp, TLLM_CHECK_WITH_INFO): the request fails with
+# it, as "Executor failed process requestId <id> due to the following error: <this>".
+GATHER_GENERATION_LOGITS_ERROR = (
+    "[TensorRT-LLM][ERROR] Assertion failed: To return generation logits, gather_generation_logits must be "
+    "enabled in ExecutorConfig"
+)
 NEVER_SENT = ("output_context_ids",)  # llmserve's torch engine extension; the C++ backend has no such output
 
 
@@ -508,7 +524,7 @@ def parse_bool(value: str) -> bool:
 @dataclass(frozen=True)
 class BuildFlag:
     name: str
-    type: str  # int, path, or enum (accepted lists the values)
+    type: str  # int, path, enum (accepted lists the values) or switch (store_true: no value)
     read_in: str
     accepted: tuple[str, ...] = ()
 
@@ -538,12 +554,16 @@ BUILD_FLAGS: dict[str, BuildFlag] = {
         BuildFlag("context_fmha", "enum", _PLUGIN, ("enable", "disable")),
         BuildFlag("use_paged_context_fmha", "enum", _PLUGIN, ("enable", "disable")),
         BuildFlag("tokens_per_block", "int", _PLUGIN),
+        # Keeps every generated token's logits ([batch, vocab] per step, copied to the host for requests
+        # with return_generation_logits); the executor refuses return_generation_logits without it.
+        BuildFlag("gather_generation_logits", "switch", _CMD + " (store_true)"),
     ]
 }
 
 
 def check_build_flags(flags: dict[str, str]) -> list[str]:
-    """Problems with trtllm-build flags (name without "--" -> value) against what trtllm-build accepts."""
+    """Problems with trtllm-build flags (name without "--" -> value; "" for a switch) against what
+    trtllm-build accepts."""
     problems = []
     for name, value in flags.items():
         f = BUILD_FLAGS.get(name)
@@ -551,6 +571,8 @@ def check_build_flags(flags: dict[str, str]) -> list[str]:
             problems.append(f"--{name}: not a trtllm-build flag of TensorRT-LLM {TENSORRT_LLM_VERSION}")
         elif f.type == "int" and not (value.isdigit() and int(value) > 0):
             problems.append(f"--{name}: {value!r} is not a positive integer")
+        elif f.type == "switch" and value != "":
+            problems.append(f"--{name}: a switch (store_true) takes no value, got {value!r}")
         elif f.type == "enum" and value.lower() not in f.accepted:
             problems.append(f"--{name}: {value!r} is not one of {', '.join(f.accepted)}")
     return problems

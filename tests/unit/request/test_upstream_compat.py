@@ -127,3 +127,15 @@ def test_renamed_names_point_at_declared_inputs():
     for old, new in U.RENAMED.items():
         assert new in declared and old not in {t.name for t in C.ENSEMBLE_INPUTS}, old
         assert f"`{old}`" in DOC.read_text(), old
+
+
+def test_top_log_probs_in_the_tensorrtllm_layout_are_documented_as_built():
+    """The page says top log-probs need engine.tensorrtllm.gather_generation_logits: that key exists, the
+    backend model asks for generation_logits and the relay (tensorrt_llm) never declares them."""
+    from llmserve.spec.trtllm import TensorRTLLMEngine
+
+    assert "gather_generation_logits" in TensorRTLLMEngine.model_fields
+    assert "`engine.tensorrtllm.gather_generation_logits" in DOC.read_text()
+    assert C.GENERATION_LOGITS in C.by_name(C.BACKEND_OUTPUTS)
+    assert "return_generation_logits" in C.by_name(C.BACKEND_INPUTS)
+    assert C.GENERATION_LOGITS not in C.by_name(C.ENGINE_OUTPUTS + C.ENSEMBLE_OUTPUTS)

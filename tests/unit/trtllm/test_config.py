@@ -105,17 +105,22 @@ def roundtrip(cfg: mc.ModelConfig) -> mc.ModelConfig:
 def test_same_token_contract_as_torch_engine(tmp_path):
     """The relay (`tensorrt_llm`) has the torch engine's contract; the C++ model behind it has the same
     inputs but our request_key (the relay keys its backend requests itself) and stop_words_match (the
-    relay matches text stop words itself), echo_ids (the relay echoes the prompt) and num_top_log_probs (the
-    torch engine's: the relay refuses it), and every output but output_context_ids and the request_key echo,
-    which the backend does not produce (the relay adds them), and the top log-probs (the torch engine's only)."""
+    relay matches text stop words itself), echo_ids (the relay echoes the prompt) and num_top_log_probs (ours:
+    the relay computes them), plus upstream's return_generation_logits; and every output but
+    output_context_ids and the request_key echo, which the backend does not produce (the relay adds them), and
+    the top log-probs (the relay computes them from the backend's generation_logits, an output only the
+    backend model has: never handed on)."""
     spec = make_spec(tmp_path)
     models = repository(spec, tmp_path / "repo")
     trt, relay = roundtrip(models[C.BACKEND][0]), roundtrip(models[C.ENGINE][0])
     torch_spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "torch"})})
     torch = roundtrip(render.torch_engine(torch_spec, tmp_path / "repo"))
     ours = ("output_context_ids", C.REQUEST_KEY, C.STOP_WORDS_MATCH, C.ECHO_IDS, C.TOP_LOG_PROBS, *C.TOP_NAMES)
-    assert list(trt.input) == [i for i in torch.input if i.name not in ours] and "stop" in [i.name for i in trt.input]
-    assert [o.name for o in trt.output] == [o.name for o in torch.output if o.name not in ours]
+    logits_in, logits_out = "return_generation_logits", C.GENERATION_LOGITS
+    assert [i for i in trt.input if i.name != logits_in] == [i for i in torch.input if i.name not in ours]
+    assert "stop" in [i.name for i in trt.input] and logits_in in [i.name for i in trt.input]
+    assert [o.name for o in trt.output] == [o.name for o in torch.output if o.name not in ours] + [logits_out]
+    assert logits_out not in [o.name for o in relay.output] and logits_in not in [i.name for i in relay.input]
     assert [(i.name, i.data_type, list(i.dims)) for i in relay.input] == [
         (i.name, i.data_type, list(i.dims)) for i in torch.input
     ]
