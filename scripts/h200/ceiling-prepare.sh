@@ -17,10 +17,6 @@ bash scripts/h200/prepare.sh $H
 rm -rf $H/model_repository*  # each tree renders its own below
 PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d $H/whl"
 $PIP fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 opentelemetry-api==$(python3 -m pip show opentelemetry-api 2>/dev/null | sed -n 's/^Version: //p' || echo 1.39.1)
-# xgrammar and its FFI runtime for guided.sh (the GPU image has torch, transformers and triton, not these)
-XG="$PIP --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_64"
-$XG xgrammar==$(python3 -m pip show xgrammar | sed -n 's/^Version: //p') \
-  apache-tvm-ffi==$(python3 -m pip show apache-tvm-ffi | sed -n 's/^Version: //p')
 rm -f $H/whl/perf_analyzer-*.whl  # not used here: room for the trees
 rm -rf $H/after $H/base && mkdir -p $H/after $H/base
 git ls-files -co --exclude-standard llmserve tools scripts specs | tar -cf - -T - | tar -xf - -C $H/after

@@ -37,7 +37,7 @@ stamp "setup"
 mkdir -p /tmp/site && tar -xJf $H/pytriton-trim.tar.xz -C /tmp/site &&
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $H/whl/*.whl || exit 1
 for tree in after base; do  # the stubs take llmserve from the tree the venv was made in (stub_venv.sh)
-  (cd $H/$tree && bash scripts/h200/stub_venv.sh python3 $ROOT/$H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stub-$tree) || exit 1
+  (cd $H/$tree && bash scripts/h200/stub_venv.sh python3 $ROOT/$H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stub-$tree $ROOT/$H/whl/*.whl) || exit 1
 done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)'; nproc; date -u

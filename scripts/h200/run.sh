@@ -46,7 +46,7 @@ if [ ! -d /tmp/site/pytriton ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD
 # Triton's Python stubs need numpy < 2 (see stub_venv.sh); everything else keeps the machine's numpy 2.
-bash scripts/h200/stub_venv.sh python3 $H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stubvenv || exit 1
+bash scripts/h200/stub_venv.sh python3 $H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stubvenv $H/whl/*.whl || exit 1
 chmod +x /tmp/site/perf_analyzer/bin/perf_analyzer 2>/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c 'import sys, torch, transformers, platform; print(sys.version.split()[0], torch.__version__, transformers.__version__, platform.libc_ver())'

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A virtualenv for the Triton Python backend stubs only; run from the repository root:
-#   stub_venv.sh PYTHON NUMPY_WHEEL DEST
+#   stub_venv.sh PYTHON NUMPY_WHEEL DEST [WHEEL...]
+# (the WHEELs too go into the venv's own site-packages: what the models import that the machine lacks, e.g.
+# xgrammar, which preprocessing and the engine import)
 # Triton 2.51's stub (pybind11 numpy bindings) corrupts BYTES tensors under numpy 2: the first string
 # request dies in deserialize_bytes_tensor ("unpack_from requires a buffer of at least 3907578092 bytes").
 # The stub ignores PYTHONPATH; it takes its packages from the first python on PATH (llmserve/deploy/tritonserver.py puts
@@ -12,11 +14,13 @@
 # sys.path. Start tritonserver with DEST/bin/python3; clients and the in-process engine keep PYTHON and numpy 2.
 set -euo pipefail
 PY=$1 WHL=$2 DEST=$3
+shift 3
 if [ ! -x "$DEST/bin/python3" ]; then
   "$PY" -m venv --without-pip "$DEST"
 fi
 SP=$("$DEST/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 [ -d "$SP/numpy" ] || "$PY" -m zipfile -e "$WHL" "$SP"
+for w in "$@"; do "$PY" -m zipfile -e "$w" "$SP"; done
 BASE=$("$PY" -c 'import sys, json; print(json.dumps([p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]))')
 cat > "$SP/zz_llmserve_stub.pth" <<PTH
 import sys, site; sys.modules.update(dict.fromkeys(["sklearn", "scipy", "pandas", "pyarrow", "numba", "matplotlib"])); list(map(site.addsitedir, $BASE))

@@ -33,7 +33,7 @@ stamp() { echo "[$(date +%T)] $*"; }
 stamp "setup"
 mkdir -p /tmp/site && tar -xJf $H/pytriton-trim.tar.xz -C /tmp/site &&
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $H/whl/*.whl || exit 1
-(cd $H/after && bash scripts/h200/stub_venv.sh python3 $ROOT/$H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stub-after) || exit 1
+(cd $H/after && bash scripts/h200/stub_venv.sh python3 $ROOT/$H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stub-after $ROOT/$H/whl/*.whl) || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc; date -u
 python3 - $H/tokenizer $CKPT <<'PY' || exit 1
