@@ -10,8 +10,9 @@ taking it down, a rolling restart) is started again once what was left of its pr
 killed, with a back-off when it keeps dying (HAProxy's checks keep traffic away until it is ready).
 Every process group it starts is registered with a reaper (deploy/reaper.py), so a SIGKILLed
 cluster process leaves nothing behind. On SIGTERM/SIGINT it stops HAProxy first (soft stop: its
-pooled idle connections would otherwise hold Triton's drain), then every replica at once: idle, that
-takes seconds; busy, in-flight work finishes within serving.exit_timeout_s.
+pooled idle connections would otherwise hold Triton's drain), then the OpenAI frontends (their
+requests finish while the servers still serve), then every replica at once: idle, that takes seconds;
+busy, in-flight work finishes within serving.exit_timeout_s.
 
 It writes build/haproxy/cluster.json (replica pids and ports, the runtime-API socket) for
 `rolling-restart`, which drains and restarts one server at a time through HAProxy's runtime API
@@ -305,19 +306,26 @@ class Cluster:
         return self
 
     def stop(self) -> None:
-        """HAProxy softly (SIGUSR1: stop listening, finish the sessions in flight, close its idle
-        pooled connections, which would otherwise keep each Triton's HTTP drain waiting up to its
-        exit timeout; `hard-stop-after` bounds it), and at the same time every replica (SIGTERM:
-        each finishes its in-flight work within serving.exit_timeout_s) and every OpenAI frontend;
-        then whatever is left."""
+        """In this order, so that no request reaches a tritonserver that is stopping (one that reaches
+        its `tensorrt_llm` then can keep the model loaded until the exit timeout, docs/cancellation.md
+        section 4):
+
+        1. HAProxy softly (SIGUSR1: stop listening, finish the sessions in flight, close its idle
+           pooled connections, which would otherwise keep each Triton's HTTP drain waiting up to its
+           exit timeout; `hard-stop-after` bounds it): no new client request reaches anything;
+        2. every OpenAI frontend (SIGTERM), waited for: each finishes its requests in flight and sends
+           the stops of its hung-up streams while every Triton still serves;
+        3. every replica at once (SIGTERM: each finishes its in-flight work, HAProxy's sessions that
+           are still open, within serving.exit_timeout_s); then whatever is left."""
         self.supervisor.halt()
         if self.haproxy and self.haproxy.poll() is None:
             self.haproxy.send_signal(signal.SIGUSR1)
-        # All at once: each part finishes its own in-flight work (a frontend's streams are in flight
-        # in Triton, which drains them before it exits), so nobody waits for another's shutdown.
-        parts = [r.stop for r in self.replicas] + ([self.frontends.stop] if self.frontends else [])
-        with ThreadPoolExecutor(len(parts)) as ex:
-            list(ex.map(lambda stop: stop(), parts))
+        if self.frontends:
+            t0 = time.monotonic()
+            self.frontends.stop()
+            logger.info("OpenAI frontends stopped in %.1f s; stopping the tritonservers", time.monotonic() - t0)
+        with ThreadPoolExecutor(len(self.replicas)) as ex:
+            list(ex.map(lambda r: r.stop(), self.replicas))
         if self.haproxy:
             try:
                 self.haproxy.wait(self.spec.serving.exit_timeout_s + 5)

@@ -1,8 +1,8 @@
 """Serve a spec in the foreground: build the checkpoint if missing, generate the repository, start
 tritonserver and the OpenAI-compatible frontend next to it (openai.port, default 9000; off with
-`openai.enabled: false` or --no-openai), say when they are ready. SIGINT/SIGTERM go to both;
-tritonserver drains in-flight requests (up to serving.exit_timeout_s) before it exits; idle, that
-takes a few seconds. A tritonserver that goes away by itself while serving (its engine stub's
+`openai.enabled: false` or --no-openai), say when they are ready. SIGINT/SIGTERM go to the frontend
+and, once it has finished its requests and exited, to tritonserver, which drains in-flight requests
+(up to serving.exit_timeout_s) before it exits; idle, that takes a few seconds. A tritonserver that goes away by itself while serving (its engine stub's
 watchdog took it down, a crash), or a frontend that does, is started again, with a back-off
 (deploy/supervisor.py); a tritonserver that exits before it was ever ready is not (its log says why),
 unless it died of the Python backend's start-up abort under load (TRANSIENT_START_ABORTS).
@@ -108,12 +108,13 @@ def main(argv=None) -> int:
     if frontend is not None:
         supervisor.add("the OpenAI frontend", frontend)
 
+    received = []
+
     def forward(signum, _):
+        # The loop below stops the children, in order: a signal handler must not wait for them.
+        received.append(signum)
         stopping.set()
         supervisor.halt()
-        for child in (server, frontend):
-            if child is not None and child.alive():
-                child.proc.send_signal(signum)  # tritonserver drains in-flight requests, then exits
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, forward)
@@ -128,12 +129,19 @@ def main(argv=None) -> int:
         if not stopping.is_set():  # gave up: it exited before it was ready
             logger.error("tritonserver exited (%s) before it was ready; see the log above", server.returncode)
             return server.returncode or 1
+        # The frontend first, waited for: it finishes its requests and sends the stops of its hung-up
+        # streams while tritonserver still serves (a request that reaches a stopping tritonserver's
+        # `tensorrt_llm` can keep the model loaded until the exit timeout, docs/cancellation.md section 4).
+        if frontend is not None:
+            frontend.stop(received[0])
+        if server.alive():
+            server.proc.send_signal(received[0])  # tritonserver drains in-flight requests, then exits
         server.proc.wait()
         return server.stop()  # ends Python stubs that outlived tritonserver
     finally:
-        server.stop()
         if frontend is not None:
             frontend.stop()
+        server.stop()
         reaper.close()
 
 
