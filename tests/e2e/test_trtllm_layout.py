@@ -83,7 +83,9 @@ def stream(trtllm_server):
     s.close()
 
 
-BACKEND_OUTPUTS = [t.name for t in C.BACKEND_OUTPUTS]
+# The token outputs, which the relay (tensorrt_llm) declares too; generation_logits is the backend model's only.
+BACKEND_OUTPUTS = [t.name for t in C.BACKEND_OUTPUTS if t.name != C.GENERATION_LOGITS]
+WITH_LOGITS = [*BACKEND_OUTPUTS, C.GENERATION_LOGITS]
 
 
 def test_streaming_sends_one_response_per_token_and_no_context(stream):
@@ -103,6 +105,29 @@ def test_log_probs_only_when_asked(stream):
     assert all(r.as_numpy("output_log_probs").shape == (1, 1, 1) for r in got)
     cum = [float(r.as_numpy("cum_log_probs").reshape(-1)[0]) for r in got]
     assert cum == sorted(cum, reverse=True)  # running total of negative log probs
+
+
+def test_generation_logits_only_when_asked_shaped_as_the_backend(stream):
+    """return_generation_logits (the spec builds with gather_generation_logits): streaming, each response
+    [1, new tokens, beams, vocab]; non-streaming [1, beams, request_output_len, vocab], rows past the
+    output never written (zero here). Without it, no logits even when the output is requested."""
+    stream.send(C.BACKEND, _inputs(3, min_tokens=3, streaming=True, return_generation_logits=True), "g1", WITH_LOGITS)
+    got, err = stream.until_final("g1")
+    assert err is None and len(got) == 3
+    shapes = {r.as_numpy(C.GENERATION_LOGITS).shape for r in got}
+    ((_, _, _, vocab),) = shapes
+    assert shapes == {(1, 1, 1, vocab)} and vocab > 1000 and got[0].as_numpy(C.GENERATION_LOGITS).dtype == np.float32
+    first = got[0].as_numpy(C.GENERATION_LOGITS).reshape(-1)
+    assert int(first.argmax()) == int(got[0].as_numpy("output_ids").reshape(-1)[0])  # greedy: the top logit
+    stream.send(C.BACKEND, _inputs(4, min_tokens=2, return_generation_logits=True), "g2", WITH_LOGITS)
+    (r,), err = stream.until_final("g2")
+    n = int(r.as_numpy("sequence_length").reshape(-1)[0])
+    logits = r.as_numpy(C.GENERATION_LOGITS)
+    assert err is None and logits.shape == (1, 1, 4, vocab) and not logits[0, 0, n:].any()
+    assert np.allclose(logits[0, 0, 0], first, atol=1e-5)  # the same prompt, greedy: the same first row
+    stream.send(C.BACKEND, _inputs(2, streaming=True), "g3", WITH_LOGITS)
+    got, err = stream.until_final("g3")
+    assert err is None and all(C.GENERATION_LOGITS not in {o.name for o in r.get_response().outputs} for r in got)
 
 
 def test_non_streaming_includes_the_prompt_unless_excluded(stream):
