@@ -52,8 +52,8 @@ PY
 
 export PYTHONPATH=/tmp/site:$ROOT/$H/after
 python3 -c 'import sys, torch, uvicorn, prometheus_client as p; print(sys.version.split()[0], torch.__version__, "uvicorn", uvicorn.__version__)'
-BENCH0="python3 $H/after/tools/bench.py --spec $H/after/scripts/h200/bench-1b.yaml --checkpoint $CKPT --input-len 128
-  --output-len 128 --no-progress --request-timeout 60"
+BENCH0="python3 $H/after/tools/bench.py --spec $H/after/scripts/h200/bench-1b.yaml --checkpoint $CKPT --input-len 128 \
+  --output-len 128 --no-progress --request-timeout 60"  # one line: openai_point runs it inside bash -c
 BENCH="$BENCH0 --duration $DUR"
 HOPS="python3 $H/after/scripts/h200/hops.py --metrics localhost:18002 --output-len 128"
 
@@ -123,7 +123,7 @@ if up model_repository torch; then
   done
   down
 fi
-if up model_repository-trtllm trtllm; then
+if [ "${TRTLLM:-1}" = 1 ] && up model_repository-trtllm trtllm; then
   for c in ${CONC//,/ }; do point trtllm ensemble $c; done
   down
 fi
