@@ -10,7 +10,11 @@ attempt failed); the frontend maps those to its HTTP answers.
 - Endpoints are Triton servers themselves, not a load balancer, so that the frontend knows which
   server holds a request (to cancel it there) and picks the least busy healthy one itself. A
   background task polls each server's readiness (`ServerReady`, Triton's strict readiness) every
-  `health_interval_s`; a server that fails a request is avoided until it is ready again.
+  `health_interval_s`; a server that fails a request is avoided until it is ready again. A server
+  listed in `drained_file` (re-read at every poll) counts as not ready without being asked: a
+  rolling restart lists a server there before it stops it (deploy/cluster.py), since a request that
+  reaches a stopping tritonserver can keep its engine model loaded until the exit timeout
+  (docs/cancellation.md section 4).
 - Retried on another server before any token (retry.py): connection failures,
   UNAVAILABLE/INTERNAL/... statuses, in-band errors that are neither the client's fault nor a
   request timeout (busy included). Resumed after tokens: the same request with the prompt + the
@@ -30,6 +34,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from pathlib import Path
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -78,6 +83,16 @@ class Endpoint(Server):
         return self.healthy
 
 
+def read_drained(path: str | Path | None) -> set[str]:
+    """The endpoints a drained file lists (none when there is no such file)."""
+    if not path:
+        return set()
+    try:
+        return {line.strip() for line in Path(path).read_text().splitlines() if line.strip()}
+    except OSError:  # not written yet, or removed: nothing is drained
+        return set()
+
+
 class EnsembleClient:
     """endpoints: Triton gRPC host:port, one per server. The knobs come from the spec's `openai:`
     section (openai_api/config.py): idle_timeout_s, max_attempts, health_interval_s."""
@@ -90,12 +105,14 @@ class EnsembleClient:
         max_attempts: int,
         health_interval_s: float,
         model: str = ENSEMBLE,
+        drained_file: str | Path | None = None,
     ):
         if not endpoints:
             raise ValueError("at least one Triton gRPC endpoint is needed")
         self.urls = list(endpoints)
         self.endpoints: list[Endpoint] = []
         self.idle_timeout_s, self.health_interval_s, self.model = idle_timeout_s, health_interval_s, model
+        self.drained_file = drained_file
         self.backoff = Backoff(BACKOFF_S, MAX_BACKOFF_S, max_attempts)
         self.picker = Picker()
         self._health: asyncio.Task | None = None
@@ -104,7 +121,7 @@ class EnsembleClient:
     # --- lifecycle (inside the server's event loop) ---------------------------------------------
     async def start(self) -> None:
         self.endpoints = [Endpoint(u) for u in self.urls]
-        await asyncio.gather(*(e.check(self.health_interval_s * 4) for e in self.endpoints))
+        await self._check_all(self.health_interval_s * 4)
         self._health = asyncio.create_task(self._health_loop())
 
     async def close(self, drain_s: float = STOP_DRAIN_S) -> None:
@@ -123,7 +140,14 @@ class EnsembleClient:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.health_interval_s)
-            await asyncio.gather(*(e.check(max(1.0, self.health_interval_s * 2)) for e in self.endpoints))
+            await self._check_all(max(1.0, self.health_interval_s * 2))
+
+    async def _check_all(self, timeout_s: float) -> None:
+        drained = read_drained(self.drained_file)
+        for e in self.endpoints:
+            if e.url in drained:
+                e.healthy = False
+        await asyncio.gather(*(e.check(timeout_s) for e in self.endpoints if e.url not in drained))
 
     def ready(self) -> bool:
         return any(e.healthy for e in self.endpoints)

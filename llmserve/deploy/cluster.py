@@ -38,9 +38,9 @@ from pathlib import Path
 from ..checkpoint import build_checkpoint
 from ..logs import add_cli_options, configure_from_args
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
-from .frontend import Frontends
+from .frontend import Frontends, set_drained, settle_s
 from .haproxy import OPENAI_BACKEND, Backend, check_config, render
-from .haproxy_runtime import RuntimeAPI, rolling_restart
+from .haproxy_runtime import ClientDrain, RuntimeAPI, rolling_restart
 from .reaper import Reaper
 from .serve import prepare_repository
 from .supervisor import START_TIMEOUT, Supervisor, SupervisorThread
@@ -342,7 +342,22 @@ class Cluster:
     def rolling_restart(self) -> list[dict]:
         drain = self.spec.ha.drain_timeout_s or self.spec.serving.exit_timeout_s
         return rolling_restart(
-            self.api, [r.name for r in self.replicas], lambda n: self.by_name(n).restart(), drain_timeout_s=drain
+            self.api,
+            [r.name for r in self.replicas],
+            lambda n: self.by_name(n).restart(),
+            drain_timeout_s=drain,
+            clients=self.frontend_drain(),
+        )
+
+    def frontend_drain(self) -> ClientDrain | None:
+        """The OpenAI frontends send to every replica directly, past HAProxy's drain: a rolling
+        restart tells them to send a replica nothing new before it stops it (docs/cancellation.md
+        section 4)."""
+        if not self.frontends:
+            return None
+        grpc = {r.name: f"{self.spec.ha.host}:{r.ports[1]}" for r in self.replicas}
+        return ClientDrain(
+            lambda n: self.frontends.drain(grpc[n]), lambda n: self.frontends.undrain(grpc[n]), self.frontends.settle_s
         )
 
     # --- state for `rolling-restart` from another process -------------------------------------
@@ -358,8 +373,15 @@ class Cluster:
             "grpc_port": self.grpc_port,
             "stats_port": self.stats_port,
             "replicas": {
-                r.name: {"pid": r.pid if r.alive() else None, "http_port": r.http_port} for r in self.replicas
+                r.name: {
+                    "pid": r.pid if r.alive() else None,
+                    "http_port": r.http_port,
+                    "grpc": f"{self.spec.ha.host}:{r.ports[1]}",
+                }
+                for r in self.replicas
             },
+            # where `rolling-restart` tells the OpenAI frontends which replica to leave alone (none: no frontends)
+            "openai_drained_file": str(self.frontends.drained_file) if self.frontends else None,
             # servers (and frontends) that exited before they were ready, by cause (deploy/supervisor.py)
             "startup_failures": self.supervisor.startup_failures.as_dict(),
         }
@@ -391,7 +413,7 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def rolling_restart_cli(workdir: Path, drain_timeout_s: float, ready_timeout_s: float = 600) -> int:
+def rolling_restart_cli(spec: Spec, workdir: Path, drain_timeout_s: float, ready_timeout_s: float = 600) -> int:
     """Restart the replicas of a running `llmserve.deploy.cluster` (its supervisor starts each again)."""
     state_path = workdir / "cluster.json"
     if not state_path.exists():
@@ -415,7 +437,15 @@ def rolling_restart_cli(workdir: Path, drain_timeout_s: float, ready_timeout_s: 
             time.sleep(0.5)
         raise TimeoutError(f"{name} not ready again after {ready_timeout_s} s")
 
-    report = rolling_restart(api, list(state["replicas"]), restart, drain_timeout_s=drain_timeout_s)
+    clients = None
+    if state.get("openai_drained_file"):
+        drained, grpc = Path(state["openai_drained_file"]), {n: r["grpc"] for n, r in state["replicas"].items()}
+        clients = ClientDrain(
+            lambda n: set_drained(drained, grpc[n], True),
+            lambda n: set_drained(drained, grpc[n], False),
+            settle_s(spec),
+        )
+    report = rolling_restart(api, list(state["replicas"]), restart, drain_timeout_s=drain_timeout_s, clients=clients)
     print("rolling restart done: " + json.dumps(report), flush=True)
     return 0
 
@@ -449,7 +479,7 @@ def main(argv=None) -> int:
         return 2
     workdir = Path(args.workdir)
     if sub == "rolling-restart":
-        return rolling_restart_cli(workdir, spec.ha.drain_timeout_s or spec.serving.exit_timeout_s)
+        return rolling_restart_cli(spec, workdir, spec.ha.drain_timeout_s or spec.serving.exit_timeout_s)
     o = spec.openai
     openai_ports = [o.base_port + i for i in range(spec.ha.replicas)] if o.enabled else None
     if sub == "config":  # the rendered haproxy.cfg needs ports and names only: nothing to build

@@ -13,6 +13,28 @@ from .process_group import ProcessGroup, http_ok
 from .reaper import Reaper
 
 
+def drained_path(workdir: Path) -> Path:
+    """The file of Triton endpoints the cluster's frontends send nothing new to (Frontends.drain)."""
+    return Path(workdir) / "openai-drained.txt"
+
+
+def settle_s(spec) -> float:
+    """How long a change of the drained file takes to reach every frontend worker (Frontends.settle_s)."""
+    return 2 * spec.openai.health_interval_s + 0.5
+
+
+def set_drained(path: Path, endpoint: str, drained: bool) -> None:
+    """Add endpoint to (or remove it from) the drained file, replaced atomically: a worker reads
+    either the old list or the new one."""
+    from ..client.aio import read_drained  # here: the module loads grpc, which nothing else in deploy needs
+
+    listed = read_drained(path)
+    listed = listed | {endpoint} if drained else listed - {endpoint}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{e}\n" for e in sorted(listed)))
+    tmp.replace(path)
+
+
 def is_healthy(port: int, host: str = "127.0.0.1", timeout: float = 2.0) -> bool:
     return http_ok(f"http://{host}:{port}/health", timeout)
 
@@ -38,6 +60,7 @@ class FrontendProcess(ProcessGroup):
         env: dict | None = None,
         reaper: Reaper | None = None,
         workers: int | None = None,
+        drained_file: Path | None = None,
     ):
         self.host = host
         cmd = [
@@ -53,6 +76,7 @@ class FrontendProcess(ProcessGroup):
             "--triton",
             ",".join(triton),
             *(["--workers", str(workers)] if workers else []),
+            *(["--drained-file", str(drained_file)] if drained_file else []),
         ]
         super().__init__(cmd, port=port, log_path=log_path, reaper=reaper)
         self.env = {**os.environ, **(env or {})}
@@ -69,13 +93,18 @@ class Frontends:
     Triton replica directly (so it can cancel a request on the server that holds it and pick the
     least busy one itself); HAProxy's `openai` frontend balances clients over them. The spec is
     written to the work directory, so a spec changed in memory (tests, --replicas) is the one served.
-    They share the host's cores: each gets openai.worker_count(N) worker processes."""
+    They share the host's cores: each gets openai.worker_count(N) worker processes.
+
+    drain(endpoint): every frontend (every worker) stops sending new requests to that Triton server
+    within `settle_s`, through a file in the work directory they re-read at each health check (it
+    works from another process too: `cluster rolling-restart`); undrain() lifts it."""
 
     def __init__(self, spec, workdir: Path, triton: list[str], ports: list[int], *, reaper: Reaper | None = None):
         self.workdir = Path(workdir)
         self.spec_path = self.workdir / "openai-spec.yaml"
         self.spec, self.triton, self.ports = spec, triton, list(ports)
         workers = spec.openai.worker_count(len(self.ports))
+        self.drained_file = drained_path(self.workdir)
         self.processes = [
             FrontendProcess(
                 self.spec_path,
@@ -84,9 +113,22 @@ class Frontends:
                 log_path=self.workdir / f"openai{i}.log",
                 reaper=reaper,
                 workers=workers,
+                drained_file=self.drained_file,
             )
             for i, p in enumerate(self.ports)
         ]
+
+    @property
+    def settle_s(self) -> float:
+        """How long after drain() every worker has seen it: its next health check, plus one more
+        round for a check that was in progress while the file changed."""
+        return settle_s(self.spec)
+
+    def drain(self, endpoint: str) -> None:
+        set_drained(self.drained_file, endpoint, True)
+
+    def undrain(self, endpoint: str) -> None:
+        set_drained(self.drained_file, endpoint, False)
 
     def backends(self) -> list[tuple[str, str, int]]:
         """(name, host, port) for haproxy.render."""
@@ -94,6 +136,7 @@ class Frontends:
 
     def start(self) -> Frontends:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.drained_file.unlink(missing_ok=True)  # a previous run's (one stopped mid-restart)
         self.spec_path.write_text(yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False))
         for f in self.processes:
             f.start()

@@ -3,11 +3,14 @@
 A rolling restart, one server at a time:
 
   1. `set server triton_http/<s> state drain`: no new requests (the gRPC server tracks the HTTP one,
-     so it drains too); in-flight requests and streams go on;
-  2. wait until HAProxy counts 0 sessions on it (both backends), at most drain_timeout_s;
+     so it drains too); in-flight requests and streams go on; clients that reach the servers
+     directly (the cluster's OpenAI frontends) are told to send it nothing new either;
+  2. wait until HAProxy counts 0 sessions on it (both backends), at most drain_timeout_s, and at
+     least until those clients have had the time to notice;
   3. `state maint` (no more checks or pooled connections), then restart(name): SIGTERM, Triton
      finishes what is left (up to serving.exit_timeout_s) and exits, and is started again;
-  4. once it is ready, `state ready`, and wait until HAProxy has it UP;
+  4. once it is ready, the direct clients may use it again, `state ready`, and wait until HAProxy
+     has it UP;
   5. next server.
 
 deploy/cluster.py runs it in-process (Cluster.rolling_restart) or against a running cluster from
@@ -20,6 +23,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .haproxy import GRPC_BACKEND, HTTP_BACKEND
@@ -96,6 +100,16 @@ class RuntimeAPI:
         )
 
 
+@dataclass
+class ClientDrain:
+    """Clients that send to the servers directly: drain(name) stops their new requests to it within
+    settle_s; undrain(name) lifts that."""
+
+    drain: Callable[[str], None]
+    undrain: Callable[[str], None]
+    settle_s: float
+
+
 def rolling_restart(
     api: RuntimeAPI,
     names: list[str],
@@ -103,15 +117,21 @@ def rolling_restart(
     *,
     drain_timeout_s: float,
     up_timeout_s: float = 120,
+    clients: ClientDrain | None = None,
 ) -> list[dict]:
     """Restart each server in turn without failing or cutting a request (see the module docstring).
-    restart(name) must stop the server (SIGTERM) and return once it is ready again."""
+    restart(name) must stop the server (SIGTERM) and return once it is ready again. clients: those
+    that reach the servers without HAProxy (the cluster's OpenAI frontends), drained alongside and
+    given settle_s to notice before the server is stopped."""
     report = []
     for name in names:
         t0 = time.monotonic()
         api.set_state(name, "drain")
+        if clients is not None:
+            clients.drain(name)
         logger.info("%s: draining (%d sessions)", name, api.sessions(name))
-        while api.sessions(name) > 0 and time.monotonic() - t0 < drain_timeout_s:
+        settle_until = t0 + (clients.settle_s if clients is not None else 0.0)
+        while (api.sessions(name) > 0 and time.monotonic() - t0 < drain_timeout_s) or time.monotonic() < settle_until:
             time.sleep(0.1)
         left = api.sessions(name)
         drained = time.monotonic() - t0
@@ -122,7 +142,11 @@ def rolling_restart(
             f" ({left} sessions still open: Triton finishes them on SIGTERM)" if left else "",
         )
         api.set_state(name, "maint")
-        restart(name)
+        try:
+            restart(name)
+        finally:  # a server that did not come back is not ready either: their own checks keep them off it
+            if clients is not None:
+                clients.undrain(name)
         api.set_state(name, "ready")
         up = api.wait_status(name, "UP", up_timeout_s)
         total = time.monotonic() - t0

@@ -48,6 +48,11 @@ def _main(argv=None) -> int:
     ap.add_argument("--triton", help="Triton gRPC endpoints, comma-separated")
     ap.add_argument("--workers", type=int, help="worker processes (default: openai.workers, else sized to the machine)")
     ap.add_argument("--reuse-port", action="store_true", help="one worker: bind with SO_REUSEPORT")
+    ap.add_argument(
+        "--drained-file",
+        help="endpoints listed in this file (one per line, read every health check) get no new requests "
+        "(the cluster's rolling restart writes it)",
+    )
     add_cli_options(ap)
     args = ap.parse_args(argv)
     from .app import create_app
@@ -59,7 +64,7 @@ def _main(argv=None) -> int:
         spec = load_spec(args.spec)
         configure_from_args(args, spec)
         endpoints = args.triton.split(",") if args.triton else [f"localhost:{spec.serving.grpc_port}"]
-        settings = settings_from_spec(spec, endpoints)
+        settings = settings_from_spec(spec, endpoints, args.drained_file)
         workers = args.workers or (1 if args.reuse_port else spec.openai.worker_count())
         if workers < 1 or (args.reuse_port and workers > 1):
             raise ValueError(f"--workers must be >= 1 (1 with --reuse-port), got {workers}")
@@ -91,7 +96,13 @@ def _main(argv=None) -> int:
         loop="asyncio",
     )
     if workers > 1:
-        worker_args = dict(spec=args.spec, endpoints=endpoints, log_level=args.log_level, log_format=args.log_format)
+        worker_args = dict(
+            spec=args.spec,
+            endpoints=endpoints,
+            log_level=args.log_level,
+            log_format=args.log_format,
+            drained_file=args.drained_file,
+        )
         try:
             return run_workers(worker_args, workers, **options)
         except PermissionError as e:  # the metrics folder (workers.py)

@@ -8,7 +8,7 @@ from .prompts import Limits
 from .service import Settings
 
 
-def settings_from_spec(spec: Spec, endpoints: list[str]) -> Settings:
+def settings_from_spec(spec: Spec, endpoints: list[str], drained_file: str | None = None) -> Settings:
     o, e = spec.openai, spec.engine
     default_max = o.default_max_tokens or e.max_output_len
     if default_max > e.max_output_len:
@@ -27,4 +27,5 @@ def settings_from_spec(spec: Spec, endpoints: list[str]) -> Settings:
         idle_timeout_s=o.idle_timeout(spec.serving.request_timeout_s),
         max_attempts=o.max_attempts,
         health_interval_s=o.health_interval_s,
+        drained_file=drained_file,
     )

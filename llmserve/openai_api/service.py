@@ -51,6 +51,9 @@ class Settings:
     idle_timeout_s: float = _SPEC.idle_timeout(Serving().request_timeout_s)
     max_attempts: int = _SPEC.max_attempts
     health_interval_s: float = _SPEC.health_interval_s
+    drained_file: str | None = None
+    """Endpoints listed there (one per line) get no new requests: a rolling restart is about to stop
+    them (client/aio.py)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -169,6 +172,7 @@ class Service:
             idle_timeout_s=settings.idle_timeout_s,
             max_attempts=settings.max_attempts,
             health_interval_s=settings.health_interval_s,
+            drained_file=settings.drained_file,
         )
         self.token_text = TokenText(self.builder.tok)
         lim = settings.limits

@@ -70,7 +70,7 @@ def worker_app():
     a = json.loads(os.environ[ARGS_ENV])
     spec = load_spec(a["spec"])
     configure_from_args(argparse.Namespace(log_level=a["log_level"], log_format=a["log_format"]), spec)
-    settings = settings_from_spec(spec, a["endpoints"])
+    settings = settings_from_spec(spec, a["endpoints"], a.get("drained_file"))
     return create_app(Service(settings), KeyCheck(settings.api_keys))
 
 

@@ -106,3 +106,43 @@ def test_kill_9_of_a_triton_replica_under_streaming_load(cluster, emit):
         f"{len(failed)} failed, {len(cut)} cut"
     )
     assert not failed and not cut, results
+
+
+def test_rolling_restart_under_openai_load(cluster, emit):
+    """The frontends send to every replica directly, past HAProxy's drain: the rolling restart tells
+    them to leave each replica alone before it stops it, so no OpenAI request fails and no replica's
+    stop waits out its exit timeout (a request reaching a stopping server can hold its engine model
+    loaded that long: docs/cancellation.md section 4)."""
+    for r in cluster.replicas:  # the previous test's kill (no supervisor runs here): back and UP first
+        if not r.alive():
+            r.start()
+        r.wait_ready(600)
+        cluster.api.wait_status(r.name, "UP", 600)
+    logs = {r.name: r.kw["log_path"] for r in cluster.replicas}
+    offsets = {n: p.stat().st_size for n, p in logs.items()}
+    c = openai.OpenAI(base_url=base(cluster) + "/v1", api_key="x", max_retries=0, timeout=300)
+    stop, ok, failed = threading.Event(), [0], []
+
+    def client(i):
+        while not stop.is_set():
+            try:
+                r = c.completions.create(model=cluster.spec.name, prompt=f"Count {i}", max_tokens=16, temperature=0)
+                ok[0] += bool(r.choices[0].text is not None)
+            except Exception as e:  # noqa: BLE001 - every failure is a result to report
+                failed.append(repr(e)[:200])
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    report = cluster.rolling_restart()
+    stop.set()
+    for t in threads:
+        t.join(300)
+    expired = [n for n, p in logs.items() if b"Exit timeout expired" in p.read_bytes()[offsets[n] :]]
+    emit(
+        f"rolling restart of 2 replicas under 4 OpenAI clients through HAProxy -> frontends: {ok[0]} ok, "
+        f"{len(failed)} failed; per server {report}; exit timeouts: {expired}"
+    )
+    assert not failed, failed[:3]
+    assert ok[0] > 0 and not expired
+    assert not cluster.frontends.drained_file.read_text().strip()  # every replica is used again

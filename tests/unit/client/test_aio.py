@@ -99,3 +99,31 @@ def test_close_waits_for_the_stops_of_abandoned_streams(caplog):
     asyncio.run(go(5, drain_s=0.05))
     assert done == [0.05]
     assert "1 stop(s) still unanswered" in caplog.text
+
+
+class Probed(Server):
+    """An endpoint whose readiness probe is counted (Endpoint.check without a channel)."""
+
+    def __init__(self, url):
+        super().__init__(url)
+        self.checks = 0
+
+    async def check(self, timeout_s):
+        self.checks += 1
+        self.healthy = True
+        return True
+
+
+def test_a_drained_endpoint_is_not_ready_and_not_asked(tmp_path):
+    drained = tmp_path / "openai-drained.txt"
+    c = EnsembleClient(["a:1", "b:1"], idle_timeout_s=5, max_attempts=6, health_interval_s=0.5, drained_file=drained)
+    c.endpoints = [Probed(u) for u in c.urls]
+    asyncio.run(c._check_all(1.0))  # no file yet: nothing drained
+    assert [e.healthy for e in c.endpoints] == [True, True]
+    drained.write_text("b:1\n")
+    asyncio.run(c._check_all(1.0))
+    assert [e.healthy for e in c.endpoints] == [True, False] and [e.checks for e in c.endpoints] == [2, 1]
+    assert c.picker.pick(c.endpoints).url == "a:1"  # new requests go elsewhere
+    drained.write_text("")
+    asyncio.run(c._check_all(1.0))
+    assert [e.healthy for e in c.endpoints] == [True, True]

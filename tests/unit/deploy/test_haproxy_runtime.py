@@ -7,7 +7,10 @@ import threading
 
 import pytest
 
-from llmserve.deploy.haproxy_runtime import RuntimeAPI, parse_stat, rolling_restart, state_command
+from llmserve.client.aio import read_drained
+from llmserve.deploy import haproxy_runtime
+from llmserve.deploy.frontend import set_drained
+from llmserve.deploy.haproxy_runtime import ClientDrain, RuntimeAPI, parse_stat, rolling_restart, state_command
 
 STAT = """# pxname,svname,scur,status,stot
 triton_http,FRONTEND,3,OPEN,10
@@ -136,3 +139,47 @@ def test_rolling_restart_drains_restarts_and_readies_one_server_at_a_time():
         ("triton1", "UP"),
     ]
     assert [r["server"] for r in report] == ["triton0", "triton1"] and all(r["left_sessions"] == 0 for r in report)
+
+
+def test_direct_clients_are_drained_before_the_stop_and_undrained_after(monkeypatch):
+    api = FakeAPI()
+    monkeypatch.setattr(haproxy_runtime.time, "sleep", lambda s: None)
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.05
+        return now[0]
+
+    monkeypatch.setattr(haproxy_runtime.time, "monotonic", clock)
+
+    def restart(name):
+        api.calls.append((name, "restart", round(now[0], 2)))
+
+    clients = ClientDrain(
+        lambda n: api.calls.append((n, "clients drain")), lambda n: api.calls.append((n, "clients undrain")), 1.5
+    )
+    rolling_restart(api, ["triton0"], restart, drain_timeout_s=5, clients=clients)
+    names = [c[1] for c in api.calls]
+    assert names == ["drain", "clients drain", "maint", "restart", "clients undrain", "ready", "UP"]
+    assert api.calls[3][2] >= 1.5  # stopped only once the clients had their settle time
+
+
+def test_direct_clients_are_undrained_even_when_the_restart_fails():
+    api = FakeAPI()
+    clients = ClientDrain(lambda n: None, lambda n: api.calls.append((n, "clients undrain")), 0.0)
+
+    def restart(name):
+        raise TimeoutError("not ready")
+
+    with pytest.raises(TimeoutError):
+        rolling_restart(api, ["triton0"], restart, drain_timeout_s=5, clients=clients)
+    assert api.calls[-1] == ("triton0", "clients undrain")
+
+
+def test_the_drained_file_is_replaced_whole(tmp_path):
+    path = tmp_path / "openai-drained.txt"
+    set_drained(path, "127.0.0.1:18101", True)
+    set_drained(path, "127.0.0.1:18100", True)
+    set_drained(path, "127.0.0.1:18101", False)
+    assert read_drained(path) == {"127.0.0.1:18100"} and path.read_text() == "127.0.0.1:18100\n"
+    assert not list(tmp_path.glob("*.tmp"))
