@@ -5,6 +5,7 @@ process leaves no HAProxy, tritonserver, stub or watchdog, and its ports are fre
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -53,6 +54,7 @@ class ClusterCLI:
         spec["openai"] = {"port": base + 3 * REPLICAS + 3, "base_port": base + 3 * REPLICAS + 4}
         path = work / "spec.yaml"
         path.write_text(yaml.safe_dump(spec))
+        self.work, self.spec_path = work, path
         self.ports = list(range(base, base + 4 * REPLICAS + 4))
         self.replica_http = list(range(base, base + REPLICAS))
         self.lb_http = base + 3 * REPLICAS
@@ -137,3 +139,30 @@ def test_sigkilled_cluster_process_leaves_nothing(cluster_cli, emit):
     assert not left, left
     assert not busy_ports, busy_ports
     assert not regions, regions
+
+
+def test_rolling_restart_from_another_shell(cluster_cli, emit, tmp_path):
+    """`python -m llmserve.deploy.cluster rolling-restart` against the running cluster process: every
+    replica is restarted (new pids), the OpenAI frontends were told to leave each one alone meanwhile
+    and use it again afterwards (docs/ha.md, "Rolling restart")."""
+    c = cluster_cli
+    state = json.loads((c.work / "ha" / "cluster.json").read_text())
+    before = {n: r["pid"] for n, r in state["replicas"].items()}
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "llmserve.deploy.cluster", "rolling-restart", "--spec", str(c.spec_path)]
+        + ["--workdir", str(c.work / "ha")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    took = time.monotonic() - t0
+    after = {n: r["pid"] for n, r in json.loads((c.work / "ha" / "cluster.json").read_text())["replicas"].items()}
+    drained = Path(state["openai_drained_file"]).read_text()
+    emit(f"rolling-restart CLI: exit {r.returncode} after {took:.1f} s; pids {before} -> {after}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert all(after[n] and after[n] != before[n] for n in before), (before, after)
+    assert not drained.strip(), drained
+    for n in after:  # the new servers belong to the cluster process: close() ends them with the rest
+        c.pids |= tree(after[n])
