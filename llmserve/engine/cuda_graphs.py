@@ -26,6 +26,7 @@ eagerly (capture=False) so the same code path is unit-testable on a CPU."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -185,8 +186,11 @@ class DecodeGraphs:
 
     # --- one decode step -----------------------------------------------------------------------
     @torch.inference_mode()
-    def step(self, slots: list[int], tokens: list[int], positions: list[int], kv_len: int) -> DecodeResult:
-        """Rows `slots` feed `tokens` at `positions` (host lists, one entry per decoding sequence)."""
+    def step(
+        self, slots: list[int], tokens: list[int], positions: list[int], kv_len: int, overlap: Callable | None = None
+    ) -> DecodeResult:
+        """Rows `slots` feed `tokens` at `positions` (host lists, one entry per decoding sequence).
+        `overlap`: host work run while the GPU computes the step (before the read-back waits for it)."""
         B, kb = _pick(self.batch_buckets, max(slots) + 1), _pick(self.kv_buckets, kv_len)
         host = self.host_in.numpy()
         host[0, :B] = 0
@@ -202,6 +206,8 @@ class DecodeGraphs:
             out, picked = self._run(B, kb)
         back = self.host_out[: 2 * B]
         back.copy_(picked.view(-1), non_blocking=True)
+        if overlap is not None:
+            overlap()
         if self.captured:
             torch.cuda.current_stream().synchronize()  # the step's one synchronisation
         values = back.numpy()

@@ -260,7 +260,16 @@ class Engine:
         take it (one read-back of two numbers per row); the others sample from the logits. A row
         still short of min_tokens whose argmax is an end token also re-samples (with the end
         tokens masked): argmax over the masked logits is the argmax unless that is masked."""
-        res = graphs.step([s.slot for s in seqs], [s.generated[-1] for s in seqs], [s.position for s in seqs], kv_len)
+        # Guided rows: their grammar masks are filled on the CPU while the GPU runs the graph.
+        pre = guided.masker([s.matcher for s in seqs])
+        vocab = self.model.cfg.vocab_size
+        res = graphs.step(
+            [s.slot for s in seqs],
+            [s.generated[-1] for s in seqs],
+            [s.position for s in seqs],
+            kv_len,
+            overlap=(lambda: pre.fill(vocab)) if pre is not None else None,
+        )
         picked, slow = [], []
         for i, s in enumerate(seqs):
             p, tok = s.params, res.tokens[i]
@@ -271,14 +280,17 @@ class Engine:
             else:
                 slow.append(i)
         if slow:
-            picked += self._sample([seqs[i] for i in slow], res.logits(slow))
+            mask = pre.subset(slow) if pre is not None else None
+            picked += self._sample([seqs[i] for i in slow], res.logits(slow), mask)
         return picked
 
-    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, int, float]]:
+    def _sample(
+        self, seqs: list[Sequence], logits: torch.Tensor, mask: guided.Masker | None = None
+    ) -> list[tuple[Sequence, int, float]]:
         """Every path (prefill eager or graphed, decode eager, graphed rows that need more than argmax)
-        samples here, so guided rows always get their grammar's mask; a step without one does no
-        grammar work (masker() is None)."""
-        mask = guided.masker([s.matcher for s in seqs])
+        samples here, so guided rows always get their grammar's mask (`mask`: one filled already, for
+        these rows); a step without one does no grammar work (masker() is None)."""
+        mask = mask or guided.masker([s.matcher for s in seqs])
         self._top_log_probs(seqs, logits)
         try:
             tokens, logprobs = sample(
@@ -333,10 +345,14 @@ class Engine:
 
     def _accept(self, picked: list[tuple[Sequence, int, float]]) -> None:
         now = time.monotonic()
+        steered = [(seq, tok) for seq, tok, _ in picked if seq.matcher is not None]
+        grammar_ok = dict(
+            zip((id(s) for s, _ in steered), guided.accept([s.matcher for s, _ in steered], [t for _, t in steered]))
+        )
         for seq, tok, lp in picked:
             self.stats.generated_tokens += 1
             p = seq.params
-            if seq.matcher is not None and not seq.matcher.accept_token(tok):
+            if seq.matcher is not None and not grammar_ok[id(seq)]:
                 # Only when nothing the grammar allows survived the other masks (bad_words, ...).
                 self._finish(seq, FinishReason.ERROR, f"guided decoding: token {tok} does not match the grammar")
                 continue

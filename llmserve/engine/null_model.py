@@ -50,7 +50,11 @@ class _NullDecode:
     def __init__(self, model: NullModel):
         self.m = model
 
-    def step(self, slots: list[int], tokens: list[int], positions: list[int], kv_len: int) -> DecodeResult:
+    def step(
+        self, slots: list[int], tokens: list[int], positions: list[int], kv_len: int, overlap=None
+    ) -> DecodeResult:
+        if overlap is not None:  # as the graphs do: host work while the "GPU" step runs
+            overlap()
         time.sleep(self.m.step_s)
         return _NullResult(
             tokens=[self.m.token(s, p + 1) for s, p in zip(slots, positions)],

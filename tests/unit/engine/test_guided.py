@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 
 from llmserve.engine import guided
 from llmserve.engine.llama import LlamaModel
+from llmserve.engine.null_model import NullModel
 from llmserve.engine.sampling import SamplingParams
 from llmserve.engine.sequence import Sequence
 from llmserve.finish import FinishReason
@@ -85,9 +86,9 @@ def test_the_tokenizer_info_file_gives_the_same_masks(tmp_path, hf_tok, info):
     assert torch.equal(*masks)
 
 
-def _run(model_dir, hf_tok, info, requests):
+def _run(model_dir, hf_tok, info, requests, model=None):
     """requests: (prompt ids, guide or None); greedy, one batch. -> [(text, finish reason)]"""
-    model = LlamaModel(model_dir, torch.device("cpu"), torch.float32, max_slots=4, max_seq_len=96)
+    model = model or LlamaModel(model_dir, torch.device("cpu"), torch.float32, max_slots=4, max_seq_len=96)
     engine = make_engine(model, load_fast(model_dir))
     cache = guided.GrammarCache(info)
     out = [None] * len(requests)
@@ -121,6 +122,17 @@ def test_a_random_model_follows_the_grammar_and_unguided_rows_are_unaffected(tin
     assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", phone[0]) and phone[1] is FinishReason.STOP
     assert yes_no[0] in ("yes", "no") and yes_no[1] is FinishReason.STOP
     assert plain == alone  # batched with guided rows, greedy output as when alone
+
+
+def test_the_decode_graph_path_fills_the_masks_while_the_step_runs(tiny_llama, hf_tok, info):
+    """Through decode graphs (the null model's, which take the same `overlap` hook as CUDA graphs): the
+    guided rows' masks are filled during the step, then applied to those rows only, after the graph's
+    greedy pick (one-hot logits of tokens the grammar does not allow)."""
+    model = NullModel(tiny_llama, step_ms=0.0, max_slots=4, max_seq_len=96)
+    prompt = hf_tok.encode("Give me a number:")
+    phone, plain = _run(tiny_llama, hf_tok, info, [(prompt, ("regex", "[0-9]{3}-[0-9]{4}")), (prompt, None)], model)
+    assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", phone[0]) and phone[1] is FinishReason.STOP
+    assert plain[1] is FinishReason.LENGTH and not re.fullmatch(r"[0-9-]*", plain[0])  # the mask stayed on its row
 
 
 def test_top_log_probs_are_the_models_own_distribution(tiny_llama, hf_tok, info):
