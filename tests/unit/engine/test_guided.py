@@ -61,6 +61,22 @@ def test_the_mask_touches_only_guided_rows(info, hf_tok):
     assert torch.isfinite(logits[0, hf_tok.eos_token_id])  # complete: the end token is allowed now
 
 
+def test_the_batched_fill_and_accept_equal_the_row_by_row_ones(info, hf_tok):
+    """From BATCH_MIN_ROWS guided rows on, xgrammar's batched matcher does the work: same masks, same verdicts."""
+    compiled = guided.GrammarCache(info).compile("regex", "[0-9]+-[a-z]+")
+    n = guided.BATCH_MIN_ROWS + 1
+    batched, looped = ([guided.matcher(compiled, [hf_tok.eos_token_id]) for _ in range(n)] for _ in range(2))
+    digit, dash = hf_tok.convert_tokens_to_ids("7"), hf_tok.convert_tokens_to_ids("-")
+    tokens = [digit if i % 2 else dash for i in range(n)]  # a dash first breaks the grammar
+    assert guided.accept(batched, tokens) == [m.accept_token(t) for m, t in zip(looped, tokens)]
+    rows = [None, *batched]  # row 0 unguided
+    a, b = torch.zeros(n + 1, len(hf_tok)), torch.zeros(n + 1, len(hf_tok))
+    guided.masker(rows)(a)
+    for i, m in enumerate(looped, start=1):
+        guided.masker([m]).subset([0])(b[i : i + 1])
+    assert torch.equal(torch.isfinite(a), torch.isfinite(b))
+
+
 def test_bad_guides_raise_guide_error(info):
     cache = guided.GrammarCache(info)
     with pytest.raises(guided.GuideError, match="not a valid regex"):
