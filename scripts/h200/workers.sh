@@ -10,6 +10,10 @@
 #     wN   --workers N for N in WORKERS (uvicorn's supervisor, one shared socket)
 #     rpN  N single-worker frontends with --reuse-port (the kernel spreads connections)
 #   tensorrtllm layout (relay + stand-in): ensemble; the null engine in-process.
+# Knobs: CONC, WORKERS, REUSE, CLIENTS, DUR; TORCH_TARGETS (torch-layout targets, default ensemble);
+# TORCH_ENVS (";"-separated variable sets for extra torch-layout servers, "-" for none: the first is the
+# one the OpenAI points use); OPENAI=0, TRTLLM=0, ENGINE=0 skip those parts; PROBE=1 prints the engine
+# stub's CPU seconds per thread over each point (py-spy names the Python threads).
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
 # one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
 set -uo pipefail
@@ -26,6 +30,7 @@ CONC=${CONC:-64,128,256}
 WORKERS=${WORKERS:-4,8}
 REUSE=${REUSE:-4}
 CLIENTS=${CLIENTS:-2}
+TORCH_TARGETS=${TORCH_TARGETS:-ensemble}
 DUR=${DUR:-3}
 CKPT=build/checkpoints/bench-1b
 stamp() { echo "[$(date +%T)] $*"; }
@@ -51,29 +56,48 @@ for f in tok_dir.iterdir():
 PY
 
 export PYTHONPATH=/tmp/site:$ROOT/$H/after
+export PATH=/tmp/site/bin:$PATH  # py-spy
 python3 -c 'import sys, torch, uvicorn, prometheus_client as p; print(sys.version.split()[0], torch.__version__, "uvicorn", uvicorn.__version__)'
 BENCH0="python3 $H/after/tools/bench.py --spec $H/after/scripts/h200/bench-1b.yaml --checkpoint $CKPT --input-len 128 \
   --output-len 128 --no-progress --request-timeout 60"  # one line: openai_point runs it inside bash -c
 BENCH="$BENCH0 --duration $DUR"
 HOPS="python3 $H/after/scripts/h200/hops.py --metrics localhost:18002 --output-len 128"
 
-up() {  # up REPO TAG
-  stamp "tritonserver: $2"
-  (cd $H/after && env LLMSERVE_NULL_STEP_MS=$STEP /tmp/stub-after/bin/python3 scripts/h200/triton_up.py \
-    $ROOT/$H/after/repos/$1 18000 18001 18002 $W/triton-$2.log) || { tail -n 40 $W/triton-$2.log; return 1; }
-  TPID=$(cat $W/triton-$2.log.pid)
+up() {  # up REPO TAG [VAR=VALUE...]: the variables go to tritonserver and its stubs
+  local repo=$1 tag=$2; shift 2
+  stamp "tritonserver: $tag $*"
+  (cd $H/after && env LLMSERVE_NULL_STEP_MS=$STEP "$@" /tmp/stub-after/bin/python3 scripts/h200/triton_up.py \
+    $ROOT/$H/after/repos/$repo 18000 18001 18002 $W/triton-$tag.log) || { tail -n 40 $W/triton-$tag.log; return 1; }
+  TPID=$(cat $W/triton-$tag.log.pid)
 }
 down() {
   kill $TPID 2>/dev/null; for _ in $(seq 20); do kill -0 $TPID 2>/dev/null || break; sleep 0.5; done
   kill -9 $TPID 2>/dev/null
   for _ in $(seq 40); do (echo > /dev/tcp/127.0.0.1/18001) 2>/dev/null || break; sleep 0.5; done; sleep 1
 }
-point() {  # point TAG TARGET CONC: one bench process
+threads() {  # threads: CPU seconds per thread of the tensorrt_llm stub, keyed "tid name" (py-spy names them)
+  local pid=$(pgrep -f "backend_stub .*/tensorrt_llm/1/model.py" | head -1)
+  python3 - $pid "$(py-spy dump -p $pid 2>/dev/null | sed -n 's/^Thread \([0-9]*\) ([a-z]*): "\(.*\)"/\1 \2/p')" <<'PY'
+import os, sys
+pid, names = sys.argv[1], dict(l.split(" ", 1) for l in sys.argv[2].splitlines() if " " in l)
+tick = os.sysconf("SC_CLK_TCK")
+for tid in os.listdir(f"/proc/{pid}/task"):
+    f = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+    print(tid, names.get(tid, "native"), (int(f[11]) + int(f[12])) / tick)
+PY
+}
+point() {  # point TAG TARGET CONC: one bench process (PROBE=1: and the engine stub's CPU per thread)
   local tag=$1 target=$2 c=$3
+  [ "${PROBE:-0}" = 1 ] && threads > $W/t0
   timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ensemble --label "$tag $target c=$c" \
     --bench-out $W/b-$tag-$target-$c --out $W/p-$tag-$target-$c.json -- \
     $BENCH --url localhost:18001 --targets $target --concurrency $c --out $W/b-$tag-$target-$c > $W/log-$tag-$target-$c 2>&1
   grep HOPS $W/log-$tag-$target-$c || tail -n 5 $W/log-$tag-$target-$c
+  if [ "${PROBE:-0}" = 1 ]; then
+    threads > $W/t1
+    echo "THREADS $tag $target c=$c (CPU s over the point, top 8):"
+    join <(sort $W/t0) <(sort $W/t1) | awk '{printf "  %s %-20s %.2f\n", $1, $2, $5 - $3}' | sort -k3 -rn | head -8
+  fi
 }
 openai_point() {  # openai_point TAG C FRONTEND_PID: CLIENTS bench processes of C/CLIENTS streams each
   local tag=$1 c=$2 fpid=$3 each=$(( $2 / CLIENTS ))
@@ -114,13 +138,27 @@ openai_variant() {  # openai_variant TAG ARGS...: frontend(s) started by one she
 }
 FRONTEND="python3 -m llmserve.openai_api --spec scripts/h200/bench-1b.yaml --port 19000 --triton localhost:18001"
 
-if up model_repository torch; then
-  for c in ${CONC//,/ }; do point torch ensemble $c; done
-  openai_variant w1 $FRONTEND --workers 1
-  for n in ${WORKERS//,/ }; do openai_variant w$n $FRONTEND --workers $n; done
-  for n in ${REUSE//,/ }; do
-    openai_variant rp$n bash -c "for i in \$(seq $n); do $FRONTEND --workers 1 --reuse-port & done; wait"
-  done
+# TORCH_ENVS: ;-separated variable sets, one torch-layout server each ("-": none), e.g. "-;OMP_NUM_THREADS=1";
+# the OpenAI variants run on the first only (OPENAI=0: not at all), TORCH_TARGETS at every CONC on each.
+IFS=';' read -ra ENVS <<< "${TORCH_ENVS:--}"
+for i in "${!ENVS[@]}"; do
+  [ $i = 0 ] && continue
+  vars=${ENVS[$i]}; [ "$vars" = - ] && vars=""
+  if up model_repository torch$i $vars; then
+    for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch$i $t $c; done; done
+    down
+  fi
+done
+vars=${ENVS[0]}; [ "$vars" = - ] && vars=""
+if up model_repository torch $vars; then
+  for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch $t $c; done; done
+  if [ "${OPENAI:-1}" = 1 ]; then
+    openai_variant w1 $FRONTEND --workers 1
+    for n in ${WORKERS//,/ }; do openai_variant w$n $FRONTEND --workers $n; done
+    for n in ${REUSE//,/ }; do
+      openai_variant rp$n bash -c "for i in \$(seq $n); do $FRONTEND --workers 1 --reuse-port & done; wait"
+    done
+  fi
   down
 fi
 if [ "${TRTLLM:-1}" = 1 ] && up model_repository-trtllm trtllm; then
@@ -128,10 +166,12 @@ if [ "${TRTLLM:-1}" = 1 ] && up model_repository-trtllm trtllm; then
   down
 fi
 
-stamp "null engine in-process, step $STEP ms"
-LLMSERVE_NULL_STEP_MS=$STEP timeout 120 $BENCH --targets engine --engine-device cpu --engine-max-slots 256 \
-  --engine-max-seq-len 512 --concurrency $CONC --out $W/b-null-engine > $W/log-null-engine 2>&1
-tail -n 6 $W/log-null-engine
+if [ "${ENGINE:-1}" = 1 ]; then
+  stamp "null engine in-process, step $STEP ms"
+  LLMSERVE_NULL_STEP_MS=$STEP timeout 120 $BENCH --targets engine --engine-device cpu --engine-max-slots 256 \
+    --engine-max-seq-len 512 --concurrency $CONC --out $W/b-null-engine > $W/log-null-engine 2>&1
+  tail -n 6 $W/log-null-engine
+fi
 
 stamp "pack"
 dmesg 2>/dev/null | grep -i segfault | tail -5
