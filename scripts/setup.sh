@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian 12's HAProxy is 2.6.12 (no newer one in any Debian 12 suite); its known crash at the end of a
+# soft stop, and how the cluster avoids it: docs/ha.md, "HAProxy version".
 if [[ "${1:-}" == "--haproxy" ]] && ! command -v haproxy >/dev/null; then
   echo "[setup] installing haproxy (apt-get)"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi

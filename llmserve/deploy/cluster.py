@@ -9,10 +9,11 @@ default, so nothing bypasses the load balancer), renders haproxy.cfg from the sp
 taking it down, a rolling restart) is started again once what was left of its process group is
 killed, with a back-off when it keeps dying (HAProxy's checks keep traffic away until it is ready).
 Every process group it starts is registered with a reaper (deploy/reaper.py), so a SIGKILLed
-cluster process leaves nothing behind. On SIGTERM/SIGINT it stops HAProxy first (soft stop: its
-pooled idle connections would otherwise hold Triton's drain), then the OpenAI frontends (their
-requests finish while the servers still serve), then every replica at once: idle, that takes seconds;
-busy, in-flight work finishes within serving.exit_timeout_s.
+cluster process leaves nothing behind. On SIGTERM/SIGINT it closes HAProxy's frontends first, then
+stops the OpenAI frontends (their requests finish while the servers still serve), then HAProxy once
+its sessions are done (its pooled idle connections would otherwise hold Triton's drain), then every
+replica at once: idle, that takes seconds; busy, in-flight work finishes within
+serving.exit_timeout_s (Cluster.stop).
 
 It writes build/haproxy/cluster.json (replica pids and ports, the runtime-API socket) for
 `rolling-restart`, which drains and restarts one server at a time through HAProxy's runtime API
@@ -39,7 +40,7 @@ from ..checkpoint import build_checkpoint
 from ..logs import add_cli_options, configure_from_args
 from ..spec import DEFAULT_SPEC, ROOT, Spec, SpecError, load_spec
 from .frontend import Frontends, set_drained, settle_s
-from .haproxy import OPENAI_BACKEND, Backend, check_config, render
+from .haproxy import GRPC_BACKEND, HTTP_BACKEND, OPENAI_BACKEND, Backend, check_config, render
 from .haproxy_runtime import ClientDrain, RuntimeAPI, rolling_restart
 from .reaper import Reaper
 from .serve import prepare_repository
@@ -305,25 +306,41 @@ class Cluster:
                 self.api.wait_status(name, "UP", 60, backend=OPENAI_BACKEND)
         return self
 
+    def client_frontends(self) -> list[str]:
+        """HAProxy's frontends that clients connect to (not the relays, which its backend uses)."""
+        return ["stats", HTTP_BACKEND, GRPC_BACKEND] + ([OPENAI_BACKEND] if self.frontends else [])
+
     def stop(self) -> None:
         """In this order, so that no request reaches a tritonserver that is stopping (one that reaches
         its `tensorrt_llm` then can keep the model loaded until the exit timeout, docs/cancellation.md
         section 4):
 
-        1. HAProxy softly (SIGUSR1: stop listening, finish the sessions in flight, close its idle
-           pooled connections, which would otherwise keep each Triton's HTTP drain waiting up to its
-           exit timeout; `hard-stop-after` bounds it): no new client request reaches anything;
+        1. HAProxy's client-facing frontends are disabled (runtime API): no new client request gets in,
+           the sessions in flight go on;
         2. every OpenAI frontend (SIGTERM), waited for: each finishes its requests in flight and sends
            the stops of its hung-up streams while every Triton still serves;
-        3. every replica at once (SIGTERM: each finishes its in-flight work, HAProxy's sessions that
-           are still open, within serving.exit_timeout_s); then whatever is left."""
+        3. once HAProxy has no request in flight (at most serving.exit_timeout_s), HAProxy gets
+           SIGTERM: its idle pooled connections, which would otherwise keep each Triton's HTTP drain
+           waiting up to its exit timeout, close with it. Not a soft stop (SIGUSR1): Debian 12's
+           HAProxy 2.6.12 often segfaults at the end of one under load (docs/ha.md "HAProxy version");
+        4. every replica at once (SIGTERM: each finishes whatever is still in flight within
+           serving.exit_timeout_s); then whatever is left."""
         self.supervisor.halt()
-        if self.haproxy and self.haproxy.poll() is None:
-            self.haproxy.send_signal(signal.SIGUSR1)
+        haproxy_up = self.haproxy is not None and self.haproxy.poll() is None
+        if haproxy_up:
+            try:
+                for name in self.client_frontends():
+                    self.api.disable_frontend(name)
+            except (OSError, RuntimeError) as e:  # its runtime API is gone: a hard stop is all that is left
+                logger.warning("could not close HAProxy's frontends (%s): stopping it now", e)
+                self.haproxy.send_signal(signal.SIGTERM)
+                haproxy_up = False
         if self.frontends:
             t0 = time.monotonic()
             self.frontends.stop()
-            logger.info("OpenAI frontends stopped in %.1f s; stopping the tritonservers", time.monotonic() - t0)
+            logger.info("OpenAI frontends stopped in %.1f s", time.monotonic() - t0)
+        if haproxy_up:
+            self._haproxy_after_sessions(self.spec.serving.exit_timeout_s)
         with ThreadPoolExecutor(len(self.replicas)) as ex:
             list(ex.map(lambda r: r.stop(), self.replicas))
         if self.haproxy:
@@ -338,6 +355,27 @@ class Cluster:
             self.haproxy.wait()
             self.reaper.unregister(self.haproxy.pid)
         self.reaper.close()
+
+    def _haproxy_after_sessions(self, timeout_s: float) -> None:
+        """SIGTERM to HAProxy once it has no request in flight (or after timeout_s: Triton's own drain
+        would end those then anyway)."""
+        backends = [HTTP_BACKEND, GRPC_BACKEND] + ([OPENAI_BACKEND] if self.frontends else [])
+        t0, left = time.monotonic(), None
+        while time.monotonic() - t0 < timeout_s and self.haproxy.poll() is None:
+            try:
+                left = self.api.in_flight(backends)
+            except OSError:
+                break
+            if left == 0:
+                break
+            time.sleep(0.1)
+        logger.info(
+            "HAProxy: %s after %.1f s; stopping it and the tritonservers",
+            "no request in flight" if left == 0 else f"{left} requests still in flight",
+            time.monotonic() - t0,
+        )
+        if self.haproxy.poll() is None:
+            self.haproxy.send_signal(signal.SIGTERM)
 
     def rolling_restart(self) -> list[dict]:
         drain = self.spec.ha.drain_timeout_s or self.spec.serving.exit_timeout_s

@@ -26,7 +26,9 @@ What the file does, and why (docs/ha.md):
   these are client errors, so HAProxy rewrites exactly those 500s to 400, keeping Triton's body.
 - Stats page and Prometheus metrics on their own port; admin runtime API on a UNIX socket.
 - Soft stop (SIGUSR1) finishes the sessions in flight, bounded by `hard-stop-after`
-  (serving.exit_timeout_s).
+  (serving.exit_timeout_s). The cluster does not use it (Debian's 2.6.12 can segfault at its end,
+  docs/ha.md "HAProxy version"): Cluster.stop disables the frontends and sends SIGTERM once nothing
+  is in flight.
 """
 
 from __future__ import annotations

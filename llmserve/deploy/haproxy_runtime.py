@@ -82,6 +82,21 @@ class RuntimeAPI:
         if out:  # HAProxy answers nothing when the command succeeded
             raise RuntimeError(f"haproxy: set server {server} state {state}: {out}")
 
+    def in_flight(self, backends: list[str]) -> int:
+        """Requests on these backends' servers or waiting in their queues. Not the frontends' sessions:
+        those count a client's idle keep-alive connection too, for as long as it stays open."""
+        return sum(
+            int(row.get("scur") or 0) + int(row.get("qcur") or 0)
+            for (backend, _), row in self.stat().items()
+            if backend in backends
+        )
+
+    def disable_frontend(self, name: str) -> None:
+        """Stop accepting new connections on it (what a soft stop does first); those in flight go on."""
+        out = self.cmd(f"disable frontend {name}").strip()
+        if out:
+            raise RuntimeError(f"haproxy: disable frontend {name}: {out}")
+
     def sessions(self, server: str) -> int:
         st = self.stat()
         return sum(int(st[(b, server)]["scur"] or 0) for b in (HTTP_BACKEND, GRPC_BACKEND) if (b, server) in st)
