@@ -152,6 +152,7 @@ class RelayOptions(ModelParams):
     max_output_len: int
     exclude_input_in_output: bool
     cancellation_check_period_ms: int
+    stream_interval_ms: float  # engine.tensorrtllm.relay_stream_interval_ms
     # the engine returns generation_logits (engine.tensorrtllm.gather_generation_logits): top log-probs
     # (num_top_log_probs) are computed from them, else refused (pipeline/top_logprobs.py)
     gather_generation_logits: bool = False
@@ -167,4 +168,5 @@ class RelayOptions(ModelParams):
             exclude_input_in_output=spec.serving.exclude_input_in_output,
             cancellation_check_period_ms=cancellation_check_period_ms(spec),
             gather_generation_logits=spec.engine.tensorrtllm.gather_generation_logits,
+            stream_interval_ms=spec.engine.tensorrtllm.relay_stream_interval_ms,
         )

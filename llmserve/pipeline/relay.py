@@ -4,7 +4,8 @@ TensorRT-LLM's backend streams each response's new tokens and nothing else: no t
 (`output_context_ids`), no per-request key. Postprocessing, called once per response as a new request,
 possibly on another instance, cannot keep per-stream state, so chunks decoded alone lose characters
 split across chunks and SentencePiece spaces. The relay is one request for the whole stream: it calls
-the backend over BLS with streaming on and a unique request id, and gives the ensemble exactly the
+the backend over BLS with streaming on (the backend request's id is the request's key, so a `stop`
+reaches it from any relay instance), and gives the ensemble exactly the
 torch engine's token-level contract:
 
 - `output_context_ids` with each chunk (the last CONTEXT_TOKENS tokens before it), so postprocessing
@@ -23,6 +24,7 @@ with the Triton utils module passed in, so the model.py adapter only hands reque
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
@@ -38,7 +40,7 @@ from ..logs import request_context
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
 from . import top_logprobs
-from .cancellation import NO_REQUEST_ID, CancelRegistry, PollThrottle, key_tensor, request_key, send_stop
+from .cancellation import NO_REQUEST_ID, PollThrottle, key_tensor, request_key, send_stop
 from .options import RelayOptions
 from .stream_output import TokenStream
 from .triton_glue import error_response, reader, tensors
@@ -48,7 +50,7 @@ log = logging.getLogger(__name__)
 # Inputs the relay does not forward: it always streams from the backend and applies
 # exclude_input_in_output itself; decoder_input_ids is checked (request/token_request.py) and means "no
 # decoder input" for the decoder-only models served here; our request_key, stop_words_match and echo_ids
-# are not the backend's (the relay keys its backend requests and echoes the prompt itself). stop_words_list goes to the backend only
+# are not the backend's (the key is the backend request's id, and the relay echoes the prompt itself). stop_words_list goes to the backend only
 # when its words match as token sequences (the relay matches text stop words itself).
 NOT_FORWARDED = (
     "streaming",
@@ -74,6 +76,7 @@ class RelayStream:
     has_logprobs: bool = False
     released: int = 0  # generated tokens handed on
     stopped: bool = False  # a stop word matched: the backend request must be stopped
+    error: str | None = None  # the backend answered with an error
 
     def __post_init__(self):
         words = self.req.params.stop_words
@@ -82,10 +85,15 @@ class RelayStream:
         self.out = TokenStream(echo, self.req.exclude_input_in_output, self.req.params.top_logprobs)
 
     def push(
-        self, tokens: list[int], logprobs: list[float] | None, top: tuple[list, list] | None = None
+        self,
+        tokens: list[int],
+        logprobs: list[float] | None,
+        top: tuple[list, list] | None = None,
+        release: bool = True,
     ) -> dict[str, np.ndarray] | None:
         """One backend response. Returns the chunk to stream now (streaming requests), or None.
-        `top`: each token's alternatives (ids, log-probs), when the request asked for them."""
+        `top`: each token's alternatives (ids, log-probs), when the request asked for them. With
+        release False the tokens are only held (coalesced into the next chunk that is released)."""
         if self.stopped:
             return None
         if logprobs is not None:
@@ -102,7 +110,7 @@ class RelayStream:
                 del self.top[0][keep:], self.top[1][keep:]
                 self.stopped = True
                 break
-        if not self.req.streaming:
+        if not self.req.streaming or not (release or self.stopped):
             return None
         safe = len(self.generated) if (self.stopped or self.matcher is None) else self.matcher.safe_tokens()
         return self._release(safe, final=False)
@@ -142,18 +150,29 @@ class FinalResponse:
             self.response = self.last or self.pb.InferenceResponse(output_tensors=[])
 
 
+# How long a finished BLS response iterator is kept referenced after its stream ended (see Relay.retire).
+RETIRE_S = 2.0
+# A BLS response that took longer than this to come had to be waited for (the iterator's buffer was
+# empty); a faster one was already buffered (see Relay._pump).
+WAITED_S = 0.0005
+
+
 class Relay:
     """The tensorrt_llm model of the tensorrtllm layout. Each request is served start to end on a
-    thread of its own: it iterates the backend's decoupled BLS responses (its own unique request id,
-    so a client's id can be reused) and sends what its RelayStream returns. A `stop` request with the
-    client's id is forwarded to the backend requests that carry that id. `pb`:
-    triton_python_backend_utils."""
+    thread of its own: it iterates the backend's decoupled BLS responses and sends what its RelayStream
+    returns, at most one chunk per `stream_interval_ms` (the responses in between are coalesced), each
+    send synchronous on the request's own thread (no queue that could grow). The backend request's id
+    is the request's key (the id a `stop` names), so a `stop` that lands on any relay instance reaches
+    it: the relay forwards it to the backend by the same id. `pb`: triton_python_backend_utils."""
 
-    def __init__(self, pb, opts: RelayOptions, tokenizer, decoupled: bool, clock=time.monotonic):
+    def __init__(self, pb, opts: RelayOptions, tokenizer, decoupled: bool, clock=time.monotonic, sleep=time.sleep):
         self.pb, self.opts, self.tok, self.decoupled, self.clock = pb, opts, tokenizer, decoupled, clock
+        self.sleep = sleep
         self.target = opts.target_model
-        self.inner = CancelRegistry()  # client's request id -> stops of its backend requests
         self.vocab = top_logprobs.model_vocab_size(opts.tokenizer_dir)  # cuts generation_logits' padding
+        self.interval_s = opts.stream_interval_ms / 1000
+        self._retired: collections.deque = collections.deque()  # (deadline, BLS response iterator)
+        self._retired_lock = threading.Lock()
 
     def execute(self, requests):
         """Decoupled: hand each request to its thread and return None. Otherwise (serving.streaming:
@@ -195,8 +214,10 @@ class Relay:
             return sender.send(error_response(pb, e), flags=final)
         if not self.decoupled:
             req.streaming = False  # one answer per request (serving.streaming: false)
-        inner_id = f"{outer or 'relay'}:{uuid.uuid4().hex}"
-        with self.inner.registered(outer, lambda: send_stop(pb, self.target, inner_id)), request_context(outer or None):
+        # The key itself, so that a `stop` for it reaches the backend from whichever relay instance it
+        # lands on; without a key no `stop` can name the request, and a unique id serves.
+        inner_id = outer or f"relay-{uuid.uuid4().hex}"
+        with request_context(outer or None):
             try:
                 self._relay(request, req, inner_id, sender, echo)
             except Exception as e:  # the BLS call or a send failed: never leave the client waiting
@@ -229,27 +250,12 @@ class Relay:
             requested_output_names=BACKEND_OUTPUTS + top_logprobs.backend_outputs(k),
             request_id=inner_id,
         ).exec(decoupled=True)
-        for response in responses:
-            if response.has_error():
-                return sender.send(self._error(response.error().message()), flags=final)
-            ids = pb.get_output_tensor_by_name(response, "output_ids")
-            if ids is None:
-                continue  # the backend's empty final response
-            lengths = pb.get_output_tensor_by_name(response, "sequence_length").as_numpy()
-            lp = pb.get_output_tensor_by_name(response, "output_log_probs")
-            tokens = backend_tokens(ids.as_numpy(), lengths)
-            top = None
-            if k:
-                logits = pb.get_output_tensor_by_name(response, GENERATION_LOGITS)
-                top = top_logprobs.top_from_logits(
-                    None if logits is None else logits.as_numpy(), len(tokens), k, self.vocab
-                )
-            chunk = stream.push(tokens, None if lp is None else lp.as_numpy().reshape(-1)[: len(tokens)].tolist(), top)
-            if chunk is not None:
-                sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)))
-            if stream.stopped or (hasattr(sender, "is_cancelled") and polls.due() and sender.is_cancelled()):
-                send_stop(pb, self.target, inner_id)
-                break  # the rest of the stream (if any) is dropped with the iterator
+        try:
+            self._pump(responses, stream, sender, polls, inner_id, wanted, echo, k)
+        finally:
+            self.retire(responses)
+        if stream.error is not None:
+            return sender.send(self._error(stream.error), flags=final)
         chunk = stream.finish()
         # The relay's line per request (Triton's verbose level, as the torch engine's): the backend's id.
         log.debug(
@@ -263,6 +269,65 @@ class Relay:
             return sender.send(flags=final)
         sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)), flags=final)
 
+    def _pump(
+        self, responses, stream: RelayStream, sender, polls: PollThrottle, inner_id: str, wanted, echo, k: int
+    ) -> None:
+        """Reads the backend's responses to the end (the iterator is always drained: an abandoned one
+        stays in the stub's map for good) and streams the chunks: at most one per interval.
+
+        With an interval the thread sleeps after each send until the next chunk is due, then reads what
+        the backend sent meanwhile (already buffered: returned at once) and sends when a response had
+        to be waited for. So it waits inside the iterator once per chunk, not once per token: python_backend
+        r24.10's ResponseIterator.__next__ takes the GIL back while holding the iterator's lock after such
+        a wait, a lock-order inversion that can deadlock the stub (docs/perf-gpu.md), and every wait is a
+        chance for it."""
+        pb, interval, clock, sent_at, stopping = self.pb, self.interval_s, self.clock, None, False
+        asked = clock()
+        for response in responses:
+            now = clock()
+            waited, asked = now - asked >= WAITED_S, now
+            if stopping:
+                continue  # stopped: the backend's remaining responses (its final one) are read, not sent
+            if response.has_error():
+                stream.error, stopping = response.error().message(), True
+                continue
+            ids = pb.get_output_tensor_by_name(response, "output_ids")
+            if ids is None:
+                continue  # the backend's empty final response
+            lengths = pb.get_output_tensor_by_name(response, "sequence_length").as_numpy()
+            lp = pb.get_output_tensor_by_name(response, "output_log_probs")
+            tokens = backend_tokens(ids.as_numpy(), lengths)
+            top = None
+            if k:
+                logits = pb.get_output_tensor_by_name(response, GENERATION_LOGITS)
+                top = top_logprobs.top_from_logits(
+                    None if logits is None else logits.as_numpy(), len(tokens), k, self.vocab
+                )
+            due = not interval or sent_at is None or (waited and now - sent_at >= interval)
+            lps = None if lp is None else lp.as_numpy().reshape(-1)[: len(tokens)].tolist()
+            chunk = stream.push(tokens, lps, top, release=due)
+            if chunk is not None:
+                sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)))
+                sent_at = now
+            if stream.stopped or (hasattr(sender, "is_cancelled") and polls.due() and sender.is_cancelled()):
+                send_stop(pb, self.target, inner_id)
+                stopping = True
+            elif interval and chunk is not None and (rest := sent_at + interval - clock()) > 0:
+                self.sleep(rest)  # what comes meanwhile waits in the iterator's buffer
+            asked = clock()
+
+    def retire(self, responses) -> None:
+        """Keeps a finished BLS response iterator referenced for RETIRE_S more, then drops it on a request
+        thread (with the GIL). python_backend r24.10 holds each iterator in a map too, erased by the stub's
+        message thread without the GIL when the cleanup message of the finished stream is sent; if that
+        erase drops the last reference, the iterator's responses and their numpy arrays are freed there,
+        without the GIL: `segfault at 10 ... libpython3.12` on a Python 3.12 stub (docs/perf-gpu.md)."""
+        now = self.clock()
+        with self._retired_lock:
+            self._retired.append((now + RETIRE_S, responses))
+            while self._retired and self._retired[0][0] <= now:
+                self._retired.popleft()
+
     def _error(self, message: str):
         """A backend error, as it comes back over BLS (always INTERNAL): its code restored from its kind
         (errors.classify: a client error INVALID_ARG, busy / unavailable / timeout UNAVAILABLE, a cancel
@@ -270,8 +335,10 @@ class Relay:
         return self.pb.InferenceResponse(error=triton_error(self.pb, message))
 
     def _forward_stop(self, outer: str, sender) -> None:
+        """A `stop` for a request id: forwarded to the backend by the same id (the backend requests are
+        keyed by it), whichever relay instance serves the generation."""
         pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if not outer:
             return sender.send(pb.InferenceResponse(error=pb.TritonError(NO_REQUEST_ID)), flags=final)
-        self.inner.stop(outer)
+        send_stop(pb, self.target, outer)
         sender.send(flags=final)

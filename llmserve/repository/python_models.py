@@ -90,8 +90,8 @@ def torch_engine(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
 
 def relay(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
     """tensorrtllm layout: `tensorrt_llm` is the token relay in front of the C++ backend model
-    (pipeline/relay.py); same token-level contract as the torch engine, plus the `stop` input. One
-    instance: it only moves tensors, a thread per request."""
+    (pipeline/relay.py); same token-level contract as the torch engine, plus the `stop` input. A thread
+    per request; engine.tensorrtllm.relay_instances processes (each its own GIL)."""
     opts = RelayOptions.from_spec(spec, rel(spec.checkpoint_path(), repo_dir))
     # No reshape: the relay forwards tensors as it receives them, with the batch dimension.
     inputs = [dataclasses.replace(t, reshape_scalar=False) for t in C.RELAY_INPUTS]
@@ -100,7 +100,7 @@ def relay(spec: Spec, repo_dir: Path) -> mc.ModelConfig:
         spec,
         inputs,
         C.ENGINE_OUTPUTS,
-        instances=1,
+        instances=spec.engine.tensorrtllm.relay_instances,
         batching=None,
         decoupled=spec.serving.streaming,
         parameters=params(**opts.to_params()),

@@ -72,6 +72,14 @@ class TensorRTLLMEngine(Strict):
     max_utilization packs more requests and may pause some when the cache runs out."""
     normalize_log_probs: bool = True
     cancellation_check_period_ms: int = Field(default=100, ge=1)
+    relay_stream_interval_ms: float = Field(default=0, ge=0)
+    """The relay in front of the C++ backend (`tensorrt_llm` of this layout, pipeline/relay.py) sends a
+    stream at most one chunk per interval: the backend's per-token responses in between travel together,
+    so postprocessing and the ensemble hop run once per chunk instead of once per token (exactly
+    detokenized all the same). 0 passes every response on as it comes (docs/perf-gpu.md)."""
+    relay_instances: int = Field(default=1, ge=1)
+    """Relay processes (Triton instances of `tensorrt_llm`, each its own Python interpreter and GIL);
+    a `stop` reaches the backend from any of them (the backend request's id is the request's key)."""
     stats_check_period_ms: int = Field(default=100, ge=1)
     iter_stats_max_iterations: int = Field(default=1000, ge=0)
     request_stats_max_iterations: int = Field(default=0, ge=0)

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$PWD
 BASE=${1:-main}
-H=build/h17
+H=${H:-build/h17}  # another folder (H=build/h17x) leaves build/h17 to another run
 bash scripts/h200/prepare.sh $H
 rm -rf $H/model_repository*  # each tree renders its own below
 PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d $H/whl"
@@ -22,7 +22,7 @@ rm -rf $H/after $H/base && mkdir -p $H/after $H/base
 git ls-files -co --exclude-standard llmserve tools scripts specs | tar -cf - -T - | tar -xf - -C $H/after
 git archive "$BASE" llmserve tools scripts specs | tar -xf - -C $H/base
 cp llmserve/engine/null_model.py llmserve/engine/loader.py $H/base/llmserve/engine/
-cp scripts/h200/bench-1b-trtllm.yaml $H/base/scripts/h200/
+[ -f $H/base/scripts/h200/bench-1b-trtllm.yaml ] || cp scripts/h200/bench-1b-trtllm.yaml $H/base/scripts/h200/
 for tree in after base; do
   ln -s ../.. $H/$tree/build  # tree/build = build: the checkpoints, and the repositories' relative paths
   for spec in bench-1b bench-1b-trtllm; do

@@ -153,7 +153,7 @@ class Backend:
         yield InferenceResponse()
 
 
-def relay_for(pb, decoupled=True, clock=None):
+def relay_for(pb, decoupled=True, clock=None, interval_ms=0.0):
     opts = RelayOptions(
         target_model="backend",
         tokenizer_dir="",
@@ -162,8 +162,9 @@ def relay_for(pb, decoupled=True, clock=None):
         max_output_len=64,
         exclude_input_in_output=True,
         cancellation_check_period_ms=250,
+        stream_interval_ms=interval_ms,
     )
-    kw = {"clock": clock} if clock else {}
+    kw = {"clock": clock, "sleep": lambda s: None} if clock else {}
     return Relay(pb, opts, _tok(), decoupled, **kw)
 
 
@@ -194,7 +195,7 @@ def test_relay_sends_only_the_requested_outputs():
     assert all(r.names() == ["output_ids", "sequence_length"] and f == 0 for r, f in chunks)
     assert last == (None, FINAL)  # everything was streamed: an empty final closes the stream
     (call,) = pb.calls
-    assert call.request_id.startswith("r1:") and call.input("streaming").tolist() == [[True]]
+    assert call.request_id == "r1" and call.input("streaming").tolist() == [[True]]  # the key: any instance can stop it
     everything = generation(wanted=[])  # no names: every output, output_context_ids included
     relay_for(pb).serve(everything, everything.sender)
     assert "output_context_ids" in everything.sender.sent[0][0].names()
@@ -209,9 +210,45 @@ def test_a_stop_is_forwarded_to_the_backend_requests_of_that_id():
     request = generation()
     relay.serve(request, request.sender)
     (inner,) = [c.request_id for c in pb.calls if c.input("stop") is None]
-    assert backend.stops == [inner]
+    assert backend.stops == [inner] == ["r1"]
     assert stopper.sender.sent == [(None, FINAL)]  # the empty final answer of a stop
-    assert len(relay.inner) == 0  # the ended request is forgotten
+
+
+def test_a_stop_on_another_relay_instance_reaches_the_backend():
+    """With several relay instances a `stop` (the client's, or postprocessing's for the request_key) may
+    land on one that does not serve the generation: it forwards the stop by the same id all the same."""
+    pb = FakePb()
+    serving, other = relay_for(pb), relay_for(pb)
+    stopper = Request({"input_ids": np.zeros((1, 1), np.int32), "stop": np.array([[True]])}, request_id="k1")
+    backend = Backend(between=lambda i: i == 2 and other.serve(stopper, stopper.sender))
+    pb.models["backend"] = backend
+    request = generation("k1")
+    serving.serve(request, request.sender)
+    assert backend.stops == ["k1"] and stopper.sender.sent == [(None, FINAL)]
+
+
+def test_responses_are_coalesced_into_one_chunk_per_interval():
+    """stream_interval_ms: the first token goes at once, then at most one chunk per interval; nothing is
+    lost or reordered, and the stream ends with everything held. Between chunks the relay sleeps: what
+    the backend sends meanwhile is read from the iterator's buffer at once."""
+    clock = [0.0]
+
+    def tick(i):
+        clock[0] = max(clock[0], 0.008 * (i + 1))  # token i is there at (i + 1) * 8 ms; a 20 ms interval
+
+    def sleep(s):
+        clock[0] += s
+
+    pb = FakePb({"backend": Backend(between=tick)})
+    request = generation(wanted=["output_ids"])
+    relay = relay_for(pb, clock=lambda: clock[0], interval_ms=20)
+    relay.sleep = sleep
+    relay.serve(request, request.sender)
+    chunks = [outputs_of(r)["output_ids"].reshape(-1).tolist() for r, _ in request.sender.sent if r is not None]
+    assert [t for c in chunks for t in c] == GENERATED
+    # 40 at 8 ms, then a sleep to 28 ms: 41 and 42 were buffered, 43 is waited for (32 ms); the rest at the end
+    assert chunks == [[40], [41, 42, 43], [44, 45]]
+    assert request.sender.sent[-1][1] == FINAL
 
 
 def test_a_stop_without_request_id_is_the_backends_error():
@@ -263,7 +300,7 @@ def test_a_failing_backend_call_still_answers_the_client(caplog):
     relay_for(FakePb({"backend": broken})).serve(request, request.sender)
     ((response, flags),) = request.sender.sent
     assert flags == FINAL and response.error().code == "INTERNAL" and "not ready" in response.error().message()
-    assert "relay request r1:" in caplog.text
+    assert "relay request r1 failed" in caplog.text
 
 
 def test_unary_execution_answers_each_request_once():
