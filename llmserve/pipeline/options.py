@@ -152,10 +152,10 @@ class RelayOptions(ModelParams):
     max_output_len: int
     exclude_input_in_output: bool
     cancellation_check_period_ms: int
-    stream_interval_ms: float  # engine.tensorrtllm.relay_stream_interval_ms
     # the engine returns generation_logits (engine.tensorrtllm.gather_generation_logits): top log-probs
     # (num_top_log_probs) are computed from them, else refused (pipeline/top_logprobs.py)
     gather_generation_logits: bool = False
+    stream_interval_ms: float = 0.0  # engine.tensorrtllm.relay_stream_interval_ms (0: every response)
 
     @classmethod
     def from_spec(cls, spec, tokenizer_dir: str) -> RelayOptions:
