@@ -80,9 +80,17 @@ def plain_generate(http: str, max_tokens: int, c: Counts) -> None:
         c.fail(type(e).__name__, isinstance(e, requests.ConnectionError))
 
 
-def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
-    """A stream is cut when it broke after its first token, failed when it never started."""
-    tokens = 0
+def _event_tokens(event: dict) -> int:
+    # One event can carry several tokens (the engine coalesces when sends queue up).
+    lp = event.get("output_log_probs")
+    return len(lp) if isinstance(lp, list) else 1
+
+
+def _sse_stream(http: str, max_tokens: int, c: Counts, count, stop_at: int | None = None) -> int | None:
+    """One generate_stream request: count(event) for each SSE event, summed; with stop_at, hang up once
+    the sum reaches it. Returns the sum, or None when the request failed (before its first event) or
+    broke (after it): those are counted in `c` here, the caller counts what it returns."""
+    n = 0
     try:
         with requests.post(
             f"http://{http}/v2/models/ensemble/generate_stream",
@@ -92,27 +100,36 @@ def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
         ) as r:
             if r.status_code != 200:
                 c.fail(f"{r.status_code} {r.text[:80]}", http_error(r.status_code, r.text).retryable)
-                return
+                return None
             for line in r.iter_lines(chunk_size=None):
                 if line.startswith(b"data:"):
                     event = json.loads(line[5:])
                     if "error" in event:
                         raise ConnectionError(event["error"])
-                    # One event can carry several tokens (the engine coalesces when sends queue up).
-                    lp = event.get("output_log_probs")
-                    tokens += len(lp) if isinstance(lp, list) else 1
-        if tokens == max_tokens:
-            c.ok += 1
-        else:
-            c.cut += 1
-            c.errors[f"short stream {tokens}/{max_tokens}"] += 1
+                    n += count(event)
+                    if stop_at is not None and n >= stop_at:
+                        break  # leaving the `with` closes the connection mid-stream
+        return n
     except (requests.RequestException, ConnectionError, ValueError) as e:
-        if tokens:
+        if n:
             c.cut += 1
             c.errors[type(e).__name__] += 1
         else:
             in_band = type(e) is ConnectionError  # an error event before the first token
             c.fail(f"{type(e).__name__}: {e}", in_band_error(str(e)).retryable if in_band else _retryable(e))
+        return None
+
+
+def plain_stream(http: str, max_tokens: int, c: Counts) -> None:
+    """A stream is cut when it broke after its first token, failed when it never started."""
+    tokens = _sse_stream(http, max_tokens, c, _event_tokens)
+    if tokens is None:
+        return
+    if tokens == max_tokens:
+        c.ok += 1
+    else:
+        c.cut += 1
+        c.errors[f"short stream {tokens}/{max_tokens}"] += 1
 
 
 def openai_stream(client, model: str, max_tokens: int, c: Counts, hang_up_after: int | None = None) -> None:
@@ -167,38 +184,15 @@ def openai_stream(client, model: str, max_tokens: int, c: Counts, hang_up_after:
 
 
 def hangup_http(http: str, max_tokens: int, after: int, c: Counts) -> None:
-    """A generate_stream client that closes the connection after `after` tokens."""
-    tokens = 0
-    try:
-        with requests.post(
-            f"http://{http}/v2/models/ensemble/generate_stream",
-            stream=True,
-            timeout=60,
-            json={"text_input": PROMPT, "max_tokens": max_tokens, "stream": True},
-        ) as r:
-            if r.status_code != 200:
-                c.fail(f"{r.status_code} {r.text[:80]}", http_error(r.status_code, r.text).retryable)
-                return
-            for line in r.iter_lines(chunk_size=None):
-                if line.startswith(b"data:"):
-                    event = json.loads(line[5:])
-                    if "error" in event:
-                        raise ConnectionError(event["error"])
-                    tokens += 1
-                    if tokens >= after:
-                        break  # leaving the `with` closes the connection mid-stream
-        if tokens >= after:
-            c.ok += 1
-        else:
-            c.cut += 1
-            c.errors[f"ended after {tokens} events, before the hang-up"] += 1
-    except (requests.RequestException, ConnectionError, ValueError) as e:
-        if tokens:
-            c.cut += 1
-            c.errors[type(e).__name__] += 1
-        else:
-            in_band = type(e) is ConnectionError
-            c.fail(f"{type(e).__name__}: {e}", in_band_error(str(e)).retryable if in_band else _retryable(e))
+    """A generate_stream client that closes the connection after `after` events."""
+    events = _sse_stream(http, max_tokens, c, lambda _event: 1, stop_at=after)
+    if events is None:
+        return
+    if events >= after:
+        c.ok += 1
+    else:
+        c.cut += 1
+        c.errors[f"ended after {events} events, before the hang-up"] += 1
 
 
 def hangup_grpc(grpc: str, max_tokens: int, after: int, c: Counts) -> None:
