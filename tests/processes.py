@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import time
 
@@ -92,6 +93,18 @@ def shutdown_bound(bound_s: float = 10.0) -> float:
 def shm_regions(http_ports) -> list[str]:
     """/dev/shm regions of the servers on these HTTP ports (this session's: tests/conftest.py's tag)."""
     return sorted(f.name for port in http_ports for f in SHM_DIR.glob(TritonProcess.tag_prefix(port) + "*"))
+
+
+def kill_all(pids, http_ports) -> None:
+    """What a fixture ends with: SIGKILL to every process it saw (the launcher's reaper too), then the
+    /dev/shm regions of its servers on http_ports, which that reaper can no longer remove."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_gone(pids, 10)
+    remove_shm_regions(http_ports)
 
 
 def remove_shm_regions(http_ports) -> None:

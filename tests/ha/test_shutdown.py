@@ -22,9 +22,9 @@ from llmserve.spec import ROOT
 
 from ..processes import (
     free_range,
+    kill_all,
     living,
     port_free,
-    remove_shm_regions,
     shm_regions,
     shutdown_bound,
     tree,
@@ -88,13 +88,7 @@ class ClusterCLI:
         # HAProxy and the servers run in their own sessions, as children of the cluster process.
 
     def close(self):
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_gone(self.pids, 10)
-        remove_shm_regions(self.replica_http)  # its reaper was killed too: a failed test cleans up here
+        kill_all(self.pids, self.replica_http)
 
 
 @pytest.fixture

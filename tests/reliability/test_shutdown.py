@@ -25,7 +25,7 @@ import yaml
 from llmserve.deploy.tritonserver import free_ports, is_ready
 from llmserve.spec import ROOT
 
-from ..processes import living, remove_shm_regions, shm_regions, shutdown_bound, tree, wait_gone
+from ..processes import kill_all, living, shm_regions, shutdown_bound, tree, wait_gone
 from .conftest import EVENT_TIMEOUT_S
 
 pytestmark = pytest.mark.e2e
@@ -75,13 +75,7 @@ class Serve:
         self.pids = tree(self.proc.pid)  # serve.py, its reaper, tritonserver, stubs, watchdogs
 
     def close(self):
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_gone(self.pids, 10)
-        remove_shm_regions([self.http])  # its reaper was killed too: a failed test cleans up here
+        kill_all(self.pids, [self.http])
 
 
 @pytest.fixture
