@@ -13,6 +13,12 @@ from .llama import LlamaModel, pick_device, pick_dtype
 from .null_model import NULL_STEP_ENV, NullModel
 from .prefill_graphs import PrefillGraphs
 
+# The host side of a GPU step is small tensors that gain nothing from a thread pool, while the pool's
+# OpenMP threads spin after every parallel op: on the H200 (16 cores) the engine stub's idle OpenMP
+# threads burned 2.3 of its 2.9 cores and starved postprocessing and tritonserver, and one thread made
+# the ensemble 1.6x faster (docs/perf-gpu.md, "OpenMP threads").
+HOST_THREADS = 1
+
 
 def load_model(
     checkpoint: str,
@@ -25,12 +31,15 @@ def load_model(
     threads: int = 0,
     max_input_len: int | None = None,
 ) -> LlamaModel:
-    """device/dtype: the spec's names ("auto", "cpu", "cuda", "bfloat16", ...); threads 0 keeps torch's."""
-    if threads:
-        torch.set_num_threads(threads)
+    """device/dtype: the spec's names ("auto", "cpu", "cuda", "bfloat16", ...). threads: torch's CPU
+    threads; 0 lets the engine decide: torch's default (every core) for a model on the CPU, HOST_THREADS
+    when the CPU only feeds a GPU (or the null model)."""
     if os.environ.get(NULL_STEP_ENV):  # benchmarks of the serving layers alone (engine/null_model.py)
+        torch.set_num_threads(threads or HOST_THREADS)
         return NullModel(checkpoint, float(os.environ[NULL_STEP_ENV]), max_slots, max_seq_len)
     dev = pick_device(device)
+    if threads or dev.type != "cpu":
+        torch.set_num_threads(threads or HOST_THREADS)
     model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), max_slots, max_seq_len)
     if cuda_graphs and dev.type == "cuda":
         model.graphs = DecodeGraphs(model, options=GraphOptions(compile=os.environ.get("LLMSERVE_COMPILE") == "1"))

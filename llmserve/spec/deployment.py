@@ -86,7 +86,8 @@ class TorchEngine(Strict):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
     """auto: float32 on CPU (bf16 matmuls are slow on many CPUs), bfloat16 on CUDA."""
     threads: int = Field(default=0, ge=0)
-    """torch CPU threads per instance; 0 lets torch decide."""
+    """torch CPU threads per instance; 0: every core for a model on the CPU, 1 when it runs on a GPU (the
+    host side only feeds it; more threads spin: engine/loader.py HOST_THREADS)."""
     cuda_graphs: bool = True
     """Capture decode steps in CUDA graphs on GPUs (ignored on CPU)."""
     prefill_token_budget: int = Field(default=2048, ge=1)
