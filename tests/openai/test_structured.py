@@ -15,6 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from ..chat_history import tool_round
 from .conftest import MODEL, one_server_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smollm2]
@@ -313,20 +314,9 @@ def test_forced_tool_calls_whole_and_streamed(stack, tool_choice):
 
 def test_tool_results_in_the_history(stack):
     c = stack.client()
-    history = ASK + [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": '{"celsius": 21, "condition": "sunny"}'},
-    ]
+    history = ASK + tool_round(
+        "call_1", "get_weather", '{"city": "Paris", "unit": "celsius"}', '{"celsius": 21, "condition": "sunny"}'
+    )
     r = c.chat.completions.create(
         model=MODEL, messages=history, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=40, **GREEDY
     )

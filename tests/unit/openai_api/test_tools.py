@@ -14,6 +14,7 @@ from llmserve.openai_api.protocol import ChatCompletionRequest, parse
 from llmserve.openai_api.tools import HERMES, AutoParser, reply_for, required_calls, template_turns
 from llmserve.spec import ROOT, load_spec
 
+from ...chat_history import tool_round
 from .fake import FakeEnsemble, Frontend
 
 TOKENIZER = str(load_spec(ROOT / "specs" / "default.yaml").checkpoint_path())
@@ -95,18 +96,7 @@ def test_a_template_without_tools_gets_them_in_hermes_format():
             "tools": [WEATHER],
             "messages": [
                 {"role": "user", "content": "weather in Paris?"},
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": "call_1",
-                            "type": "function",
-                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                        }
-                    ],
-                },
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                *tool_round("call_1", "get_weather", '{"city": "Paris"}', "sunny"),
             ],
         },
     )

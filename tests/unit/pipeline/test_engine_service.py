@@ -31,25 +31,36 @@ def _service(path) -> EngineService:
     )
 
 
-def _run(service, backlog_pattern):
+def _stream(service, max_new_tokens: int, record, **submit_kw) -> list:
+    """Submit one streamed request of max_new_tokens and wait for its final response; what
+    record(outputs) makes of each response, in order."""
     got, done = [], threading.Event()
-    busy = iter(backlog_pattern)
     req = EngineRequest(
         prompt=[1, 2, 3],
-        params=SamplingParams(max_new_tokens=12),
+        params=SamplingParams(max_new_tokens=max_new_tokens),
         streaming=True,
         exclude_input_in_output=True,
         return_log_probs=False,
     )
 
     def send(outputs, final, failure=None, message=None):
-        got.append(outputs["output_ids"].reshape(-1).tolist() if outputs else None)
+        got.append(record(outputs))
         if final:
             done.set()
 
-    service.submit(req, send, lambda: False, backlogged=lambda: next(busy, False))
+    service.submit(req, send, lambda: False, **submit_kw)
     assert done.wait(120)
     return got
+
+
+def _run(service, backlog_pattern):
+    busy = iter(backlog_pattern)
+    return _stream(
+        service,
+        12,
+        lambda outputs: outputs["output_ids"].reshape(-1).tolist() if outputs else None,
+        backlogged=lambda: next(busy, False),
+    )
 
 
 def test_backlogged_tokens_travel_with_the_next_response(tiny_llama):
@@ -70,24 +81,9 @@ def test_the_echo_travels_with_every_response_that_carries_tokens(tiny_llama):
     import numpy as np
 
     service = _service(tiny_llama)
-    got, done = [], threading.Event()
-    req = EngineRequest(
-        prompt=[1, 2, 3],
-        params=SamplingParams(max_new_tokens=5),
-        streaming=True,
-        exclude_input_in_output=True,
-        return_log_probs=False,
-    )
-
-    def send(outputs, final, failure=None, message=None):
-        got.append(outputs)
-        if final:
-            done.set()
-
     key = np.array([[b"llmserve-1"]], dtype=object)
     try:
-        service.submit(req, send, lambda: False, key="llmserve-1", echo={"request_key": key})
-        assert done.wait(120)
+        got = _stream(service, 5, lambda outputs: outputs, key="llmserve-1", echo={"request_key": key})
     finally:
         service.shutdown()
     assert got and all(o["request_key"] is key for o in got if o is not None)
