@@ -46,6 +46,15 @@ class Counts:
             self.failed += 1
         self.errors[("retryable: " if retryable else "") + why[:80]] += 1
 
+    def hung_up(self, got: int, after: int, unit: str) -> None:
+        """A hang-up client's result: ok when it got `after` {unit} and hung up, cut when its stream
+        ended before that."""
+        if got >= after:
+            self.ok += 1
+        else:
+            self.cut += 1
+            self.errors[f"ended after {got} {unit}, before the hang-up"] += 1
+
     def as_dict(self):
         return {
             "ok": self.ok,
@@ -159,11 +168,7 @@ def openai_stream(client, model: str, max_tokens: int, c: Counts, hang_up_after:
         finally:
             stream.close()
         if hang_up_after is not None:
-            if chunks >= hang_up_after:
-                c.ok += 1
-            else:
-                c.cut += 1
-                c.errors[f"ended after {chunks} chunks, before the hang-up"] += 1
+            c.hung_up(chunks, hang_up_after, "chunks")
         elif usage is not None and usage.completion_tokens == max_tokens:
             c.ok += 1
         else:
@@ -188,11 +193,7 @@ def hangup_http(http: str, max_tokens: int, after: int, c: Counts) -> None:
     events = _sse_stream(http, max_tokens, c, lambda _event: 1, stop_at=after)
     if events is None:
         return
-    if events >= after:
-        c.ok += 1
-    else:
-        c.cut += 1
-        c.errors[f"ended after {events} events, before the hang-up"] += 1
+    c.hung_up(events, after, "events")
 
 
 def hangup_grpc(grpc: str, max_tokens: int, after: int, c: Counts) -> None:
@@ -228,11 +229,7 @@ def hangup_grpc(grpc: str, max_tokens: int, after: int, c: Counts) -> None:
                 got += 1
             if wire.is_final(result.get_response()):
                 break
-        if got >= after:
-            c.ok += 1
-        else:
-            c.cut += 1
-            c.errors[f"ended after {got} responses, before the hang-up"] += 1
+        c.hung_up(got, after, "responses")
     except queue.Empty:
         if got:
             c.cut += 1
