@@ -193,6 +193,19 @@ def test_relay_not_decoupled_without_streaming(tmp_path):
     assert params(cfg)["enable_kv_cache_reuse"] == "false"
 
 
+def test_relay_instances_and_stream_interval_come_from_the_spec(tmp_path):
+    """engine.tensorrtllm.relay_instances / relay_stream_interval_ms go to the relay's config only (the C++
+    backend never sees them); the defaults keep one instance that passes every response on."""
+    models = repository(make_spec(tmp_path), tmp_path / "default")
+    relay = models[C.ENGINE][0]
+    assert relay.instance_group[0].count == 1 and float(params(relay)["stream_interval_ms"]) == 0
+    spec = make_spec(tmp_path, trt={"relay_instances": 6, "relay_stream_interval_ms": 20})
+    models = repository(spec, tmp_path / "repo")
+    relay, backend = models[C.ENGINE][0], models[C.BACKEND][0]
+    assert relay.instance_group[0].count == 6 and float(params(relay)["stream_interval_ms"]) == 20
+    assert not any(k.startswith("relay_") or k == "stream_interval_ms" for k in params(backend))
+
+
 def test_whole_repository_parses(tmp_path):
     spec = make_spec(tmp_path)
     models = repository(spec, tmp_path / "repo")
