@@ -153,7 +153,8 @@ class Backend:
         yield InferenceResponse()
 
 
-def relay_for(pb, decoupled=True, clock=None, interval_ms=0.0):
+def relay_for(pb, decoupled=True, clock=None, interval_ms=0.0, **options):
+    """A relay over the fake backend; `options`: RelayOptions fields beyond the defaults here."""
     opts = RelayOptions(
         target_model="backend",
         tokenizer_dir="",
@@ -163,6 +164,7 @@ def relay_for(pb, decoupled=True, clock=None, interval_ms=0.0):
         exclude_input_in_output=True,
         cancellation_check_period_ms=250,
         stream_interval_ms=interval_ms,
+        **options,
     )
     kw = {"clock": clock, "sleep": lambda s: None} if clock else {}
     return Relay(pb, opts, _tok(), decoupled, **kw)

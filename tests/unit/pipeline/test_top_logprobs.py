@@ -17,14 +17,12 @@ from llmserve.errors import RequestError
 from llmserve.finish import FinishReason
 from llmserve.pipeline import standin as S
 from llmserve.pipeline import top_logprobs as T
-from llmserve.pipeline.options import RelayOptions
-from llmserve.pipeline.relay import Relay
 from llmserve.text.tokenizer import load_fast
 from llmserve.trtllm import upstream as U
 
 from ..engine.helpers import make_engine
 from .fake_pb import FakePb, InferenceResponse, Tensor, outputs_of
-from .test_relay import GENERATED, _tok, generation
+from .test_relay import GENERATED, generation, relay_for
 from .test_standin import BASE, parse, reader
 
 VOCAB = 100
@@ -90,17 +88,7 @@ class LogitsBackend:
 
 
 def relay(pb, gathers=True):
-    opts = RelayOptions(
-        target_model="backend",
-        tokenizer_dir="",
-        skip_special_tokens=True,
-        max_input_len=64,
-        max_output_len=64,
-        exclude_input_in_output=True,
-        cancellation_check_period_ms=250,
-        gather_generation_logits=gathers,
-    )
-    return Relay(pb, opts, _tok(), True)
+    return relay_for(pb, gather_generation_logits=gathers)
 
 
 def test_relay_answers_top_log_probs_from_generation_logits_and_never_hands_them_on():
