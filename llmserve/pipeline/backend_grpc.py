@@ -53,8 +53,7 @@ def server_address(cmdline: list[str]) -> str:
             opts[arg] = cmdline[i + 1]
     if opts.get("--allow-grpc", "true").lower() in ("false", "0", "off", "no"):
         raise RuntimeError(
-            "the relay and the unary twins reach their model over this server's gRPC endpoint: "
-            "start tritonserver without --allow-grpc=false"
+            "the relay reaches the backend over this server's gRPC endpoint: start tritonserver without --allow-grpc=false"
         )
     host = opts.get("--grpc-address", "0.0.0.0")
     host = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
