@@ -119,29 +119,13 @@ class Backend:
             return self._stub
 
     def stream(
-        self,
-        model: str,
-        inputs: list[tuple[str, np.ndarray]],
-        outputs: list[str],
-        request_id: str,
-        parameters: dict | None = None,
+        self, model: str, inputs: list[tuple[str, np.ndarray]], outputs: list[str], request_id: str
     ) -> Iterator[Response]:
-        """The backend's responses to one request, up to and including its final one. `parameters`:
-        the request's own (a client's unknown generate keys travel on, so the model can refuse them)."""
+        """The backend's responses to one request, up to and including its final one."""
         req = service_pb2.ModelInferRequest(model_name=model, id=request_id)
         add_inputs(req, ((name, arr, np_to_triton_dtype(arr.dtype)) for name, arr in inputs))
         for name in outputs:
             req.outputs.add().name = name
-        for key, value in (parameters or {}).items():
-            param = req.parameters[key]
-            if isinstance(value, bool):
-                param.bool_param = value
-            elif isinstance(value, int):
-                param.int64_param = value
-            elif isinstance(value, float):
-                param.double_param = value
-            else:
-                param.string_param = str(value)
         done = threading.Event()
 
         def requests():  # the stream stays open until the final response is read (closing it early ends it)
