@@ -114,14 +114,12 @@ def remember(recent: dict, key: str, value, max_keys: int = MAX_TRACKED) -> None
             del recent[k]
 
 
-def stop_arrays() -> list[tuple[str, np.ndarray]]:
+def stop_inputs(pb) -> list:
     """Upstream's `stop` request: stop true plus the inputs every request must carry (their values
     are ignored)."""
-    return [(name, np.full((1, 1), value, _ENGINE_INPUTS[name].np_dtype)) for name, value in STOP_REQUEST.items()]
-
-
-def stop_inputs(pb) -> list:
-    return [pb.Tensor(name, arr) for name, arr in stop_arrays()]
+    return [
+        pb.Tensor(name, np.full((1, 1), value, _ENGINE_INPUTS[name].np_dtype)) for name, value in STOP_REQUEST.items()
+    ]
 
 
 def send_stop(pb, model: str, request_id: str) -> bool:

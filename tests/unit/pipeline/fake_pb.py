@@ -127,21 +127,3 @@ class BLSRequest:
 
 def outputs_of(response: InferenceResponse) -> dict[str, np.ndarray]:
     return {t.name(): t.as_numpy() for t in response.output_tensors()}
-
-
-class FakeBackend:
-    """The relay's backend (pipeline/backend_grpc.Backend's interface) answered by a FakePb's models, each
-    call kept in the FakePb's `calls` as a BLS request would be."""
-
-    def __init__(self, pb: FakePb):
-        self.pb = pb
-
-    def stream(self, model, inputs, outputs, request_id):
-        tensors = [Tensor(name, arr) for name, arr in inputs]
-        req = self.pb.InferenceRequest(
-            model_name=model, inputs=tensors, requested_output_names=outputs, request_id=request_id
-        )
-        return req.exec(decoupled=True)
-
-    def stop(self, model, request_id, inputs):
-        return not any(r.has_error() for r in self.stream(model, inputs, ["output_ids"], request_id))

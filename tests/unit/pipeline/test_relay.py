@@ -17,7 +17,7 @@ from llmserve.request.word_lists import to_word_list
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast
 
-from .fake_pb import FINAL, FakeBackend, FakePb, InferenceResponse, Request, Sender, Tensor, TritonError, outputs_of
+from .fake_pb import FINAL, FakePb, InferenceResponse, Request, Sender, Tensor, TritonError, outputs_of
 
 TEXT = "The quick brown fox 你好，世界 🎉👩‍👩‍👧 jumps over the lazy dog. Écris en français."
 
@@ -167,7 +167,7 @@ def relay_for(pb, decoupled=True, clock=None, interval_ms=0.0, **options):
         **options,
     )
     kw = {"clock": clock, "sleep": lambda s: None} if clock else {}
-    return Relay(pb, opts, _tok(), decoupled, backend=FakeBackend(pb), **kw)
+    return Relay(pb, opts, _tok(), decoupled, **kw)
 
 
 def _tok():
