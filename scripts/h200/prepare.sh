@@ -28,7 +28,7 @@ if [ ! -f $H/pytriton-trim.tar.xz ]; then
   rm -f $H/pt/nvidia_pytriton.libs/libpython3-*.so*
   for v in 3.8 3.9 3.10 3.11 3.13; do rm -rf $H/pt/pytriton/tritonserver/python_backend_stubs/$v; done
   rm -rf $H/pt/pytriton/{client,proxy,models,server,check}
-  tar -cf - -C $H/pt . | xz -T2 -6 > $H/pytriton-trim.tar.xz
+  tar -cf - -C $H/pt . | xz -T2 -9e > $H/pytriton-trim.tar.xz
   rm -rf $H/pt $H/whl/nvidia_pytriton-*.whl
 fi
 cp build/checkpoints/smollm2-135m-instruct/{tokenizer.json,tokenizer_config.json,chat_template.jinja} $H/tokenizer/
