@@ -146,7 +146,16 @@ class EngineService:
                 for h, new in zip(held, (tokens, logprobs, top_ids, top_lps)):
                     h.extend(new)
                 return None
-            outputs = stream.chunk(tokens, logprobs, finished, top=(top_ids, top_lps) if top_k else None)
+            # Log-prob tensors only when asked, as TensorRT-LLM's backend does: two tensors fewer per
+            # response is a third less of the stub's per-response work (pb.Tensor construction held its
+            # GIL more than the engine thread did on the H200, docs/perf-gpu.md).
+            outputs = stream.chunk(
+                tokens,
+                logprobs,
+                finished,
+                with_logprobs=req.return_log_probs,
+                top=(top_ids, top_lps) if top_k else None,
+            )
             if outputs is None:  # nothing new: close the stream if it ended
                 return send(None, True, None, None) if finished else None
             send({**outputs, **echo} if echo else outputs, finished, None, None)

@@ -109,6 +109,7 @@ class EngineOptions(ModelParams):
     threads: int
     cuda_graphs: bool
     stream_interval_ms: float
+    send_threads: int
     prefill_token_budget: int
     max_batch_size: int
     max_input_len: int
@@ -129,6 +130,7 @@ class EngineOptions(ModelParams):
             threads=t.threads,
             cuda_graphs=t.cuda_graphs,
             stream_interval_ms=t.stream_interval_ms,
+            send_threads=t.send_threads,
             prefill_token_budget=t.prefill_token_budget,
             max_batch_size=e.max_batch_size,
             max_input_len=e.max_input_len,

@@ -58,7 +58,7 @@ class SendQueue:
     streams it tripled the engine step inside Triton, docs/perf-gpu.md). Each request's responses
     go through one thread, in order; requests are spread over `threads` threads."""
 
-    def __init__(self, threads: int = 2):
+    def __init__(self, threads: int):
         self._queues = [queue.SimpleQueue() for _ in range(threads)]
         self._next = itertools.count()
         self._threads = [

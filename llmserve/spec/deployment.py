@@ -97,6 +97,10 @@ class TorchEngine(Strict):
     """A stream gets at most one response per interval; tokens generated in between travel together
     (exactly detokenized all the same). 0 sends every token. On a fast GPU, a response per token per
     stream makes the Python postprocessing the ensemble's bottleneck (docs/perf-gpu.md)."""
+    send_threads: int = Field(default=2, ge=1)
+    """Threads that send the engine's responses to Triton (each send is an IPC round trip of about
+    0.1 ms, so one thread caps near 7k responses/s); while a stream's response waits for them, its
+    next tokens are held back and sent with the following one."""
 
 
 class Engine(Strict):

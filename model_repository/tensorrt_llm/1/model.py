@@ -39,9 +39,10 @@ class TritonPythonModel:
         to_triton(pb_utils)  # llmserve's log records go to tritonserver's log (llmserve/logs.py)
         repo = args["model_repository"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
-        self.service = EngineService(EngineOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo)))
+        opts = EngineOptions.from_params(parameters(args), lambda d: resolve_dir(d, repo))
+        self.service = EngineService(opts)
         self.metrics = EngineMetrics(pb_utils, self.service.engine, labels={"model": args["model_name"]})
-        self.sends = SendQueue()
+        self.sends = SendQueue(opts.send_threads)
         self.watchdog = StubWatchdog(args.get("model_instance_name", args["model_name"])).start(
             self.service.engine.health
         )

@@ -18,6 +18,7 @@ def _service(path) -> EngineService:
             threads=0,
             cuda_graphs=False,
             stream_interval_ms=0,
+            send_threads=2,
             prefill_token_budget=2048,
             max_batch_size=2,
             max_input_len=32,
