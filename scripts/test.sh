@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # The H200's stubs run Python 3.12 (ours 3.11): where a 3.12 interpreter exists, give the stub test
-# its environment (numpy only, seconds) so CI runs it instead of skipping it.
+# its environment (numpy, tokenizers, tritonclient; seconds) so CI runs it instead of skipping it.
 # (pyenv's shim answers `command -v` without a 3.12 selected: try each candidate for real.)
 for py312 in $(command -v python3.12) /root/.pyenv/versions/3.12*/bin/python3.12; do
   if "$py312" -c pass 2>/dev/null; then ./scripts/stub_python.sh "$py312"; break; fi

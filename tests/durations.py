@@ -52,13 +52,12 @@ LONG = {
         full=100,
         env=("LLMSERVE_FUZZ_TOKEN_EXAMPLES", "LLMSERVE_FUZZ_EXAMPLES"),
     ),
-    # A reproduction of python_backend's decoupled-BLS deadlock (xfail): it proves nothing new per run,
-    # and in CI it took 120 s waiting out the hang, so CI skips it (0 requests).
+    # The relay under load (it deadlocked when it read the backend over decoupled BLS: docs/perf-gpu.md).
     "relay_load_requests": Long(
         "tests/e2e/test_stub_python.py::test_the_relay_under_load_on_python312",
         "requests",
-        ci=0,
-        full=600,
+        ci=600,
+        full=3000,
         env=("LLMSERVE_RELAY_LOAD_REQUESTS",),
     ),
 }

@@ -66,6 +66,21 @@ CHANNEL_OPTIONS = [
 BACKOFF_S, MAX_BACKOFF_S = 0.05, 1.0
 # How long close() waits for the stops of abandoned streams (one round trip each, well under a second).
 STOP_DRAIN_S = 5.0
+STOP_ANSWER_S = 10.0  # how long one stop waits for its answer
+
+
+async def end_stream(call, timeout_s: float) -> None:
+    """End a stream whose final response was read: close our side and read to the server's end.
+    Never by a cancel (nor by dropping the call, which grpc.aio turns into one): Triton 2.51 leaks a
+    stream cancelled in the moment its final response left the model (its gRPC frontend then waits
+    for a callback that never comes, keeping the request and so the model alive: SIGTERM waits out
+    the whole exit timeout; docs/cancellation.md section 4). An end that fails cancels after all."""
+    try:
+        await call.done_writing()
+        while await asyncio.wait_for(call.read(), timeout_s) is not grpc.aio.EOF:
+            pass
+    except (grpc.RpcError, asyncio.TimeoutError):
+        call.cancel()
 
 
 class Endpoint(Server):
@@ -179,7 +194,7 @@ class EnsembleClient:
                         yield piece
                     if is_final(msg.infer_response):
                         finished = True
-                        await call.done_writing()
+                        await end_stream(call, self.idle_timeout_s)
                         return
             except asyncio.TimeoutError:
                 raise GenerationError(f"no response for {self.idle_timeout_s:g} s", retryable=True) from None
@@ -201,13 +216,13 @@ class EnsembleClient:
         try:
             await call.write(stop_request(request_id))
             while True:  # one (empty) final response; errors are no concern of the caller's
-                msg = await asyncio.wait_for(call.read(), 10)
-                if msg is grpc.aio.EOF or msg.error_message or is_final(msg.infer_response):
-                    break
+                msg = await asyncio.wait_for(call.read(), STOP_ANSWER_S)
+                if msg is grpc.aio.EOF:
+                    return
+                if msg.error_message or is_final(msg.infer_response):
+                    return await end_stream(call, STOP_ANSWER_S)
         except (grpc.RpcError, asyncio.TimeoutError):
-            pass
-        finally:
-            call.cancel()
+            call.cancel()  # no answer: a cancel is all that is left
 
     # --- the request, across servers -----------------------------------------------------------
     async def generate(self, request: dict, request_id: str, stats: Stats) -> AsyncIterator[Piece]:

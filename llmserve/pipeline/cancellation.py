@@ -114,12 +114,14 @@ def remember(recent: dict, key: str, value, max_keys: int = MAX_TRACKED) -> None
             del recent[k]
 
 
-def stop_inputs(pb) -> list:
+def stop_arrays() -> list[tuple[str, np.ndarray]]:
     """Upstream's `stop` request: stop true plus the inputs every request must carry (their values
     are ignored)."""
-    return [
-        pb.Tensor(name, np.full((1, 1), value, _ENGINE_INPUTS[name].np_dtype)) for name, value in STOP_REQUEST.items()
-    ]
+    return [(name, np.full((1, 1), value, _ENGINE_INPUTS[name].np_dtype)) for name, value in STOP_REQUEST.items()]
+
+
+def stop_inputs(pb) -> list:
+    return [pb.Tensor(name, arr) for name, arr in stop_arrays()]
 
 
 def send_stop(pb, model: str, request_id: str) -> bool:

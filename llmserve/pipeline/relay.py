@@ -4,8 +4,9 @@ TensorRT-LLM's backend streams each response's new tokens and nothing else: no t
 (`output_context_ids`), no per-request key. Postprocessing, called once per response as a new request,
 possibly on another instance, cannot keep per-stream state, so chunks decoded alone lose characters
 split across chunks and SentencePiece spaces. The relay is one request for the whole stream: it calls
-the backend over BLS with streaming on (the backend request's id is the request's key, so a `stop`
-reaches it from any relay instance), and gives the ensemble exactly the
+the backend with streaming on, as a gRPC client of its own server (pipeline/backend_grpc.py: decoupled
+BLS deadlocks a stub whose several threads iterate it), the backend request's id being the request's
+key, so a `stop` reaches it from any relay instance; and it gives the ensemble exactly the
 torch engine's token-level contract:
 
 - `output_context_ids` with each chunk (the last CONTEXT_TOKENS tokens before it), so postprocessing
@@ -19,12 +20,11 @@ torch engine's token-level contract:
 - log probs passed through when the backend sends them (return_log_probs), never invented; top log-probs
   (num_top_log_probs) computed from the backend's generation_logits (pipeline/top_logprobs.py).
 
-`RelayStream` is one stream's state, Triton-free; `Relay` runs a request over BLS (a thread per request)
+`RelayStream` is one stream's state, Triton-free; `Relay` runs a request (a thread per request)
 with the Triton utils module passed in, so the model.py adapter only hands requests over."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import threading
@@ -40,7 +40,8 @@ from ..logs import request_context
 from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
 from . import top_logprobs
-from .cancellation import NO_REQUEST_ID, PollThrottle, key_tensor, request_key, send_stop
+from .backend_grpc import Backend
+from .cancellation import NO_REQUEST_ID, PollThrottle, key_tensor, request_key
 from .options import RelayOptions
 from .stream_output import TokenStream
 from .triton_glue import error_response, reader, tensors
@@ -150,29 +151,35 @@ class FinalResponse:
             self.response = self.last or self.pb.InferenceResponse(output_tensors=[])
 
 
-# How long a finished BLS response iterator is kept referenced after its stream ended (see Relay.retire).
-RETIRE_S = 2.0
-# A BLS response that took longer than this to come had to be waited for (the iterator's buffer was
+# A backend response that took longer than this to come had to be waited for (the stream's buffer was
 # empty); a faster one was already buffered (see Relay._pump).
 WAITED_S = 0.0005
 
 
 class Relay:
     """The tensorrt_llm model of the tensorrtllm layout. Each request is served start to end on a
-    thread of its own: it iterates the backend's decoupled BLS responses and sends what its RelayStream
+    thread of its own: it iterates the backend's streamed responses and sends what its RelayStream
     returns, at most one chunk per `stream_interval_ms` (the responses in between are coalesced), each
     send synchronous on the request's own thread (no queue that could grow). The backend request's id
     is the request's key (the id a `stop` names), so a `stop` that lands on any relay instance reaches
     it: the relay forwards it to the backend by the same id. `pb`: triton_python_backend_utils."""
 
-    def __init__(self, pb, opts: RelayOptions, tokenizer, decoupled: bool, clock=time.monotonic, sleep=time.sleep):
+    def __init__(
+        self,
+        pb,
+        opts: RelayOptions,
+        tokenizer,
+        decoupled: bool,
+        clock=time.monotonic,
+        sleep=time.sleep,
+        backend: Backend | None = None,
+    ):
         self.pb, self.opts, self.tok, self.decoupled, self.clock = pb, opts, tokenizer, decoupled, clock
         self.sleep = sleep
+        self.backend = backend or Backend()  # this server's gRPC endpoint (backend_grpc: not BLS)
         self.target = opts.target_model
         self.vocab = top_logprobs.model_vocab_size(opts.tokenizer_dir)  # cuts generation_logits' padding
         self.interval_s = opts.stream_interval_ms / 1000
-        self._retired: collections.deque = collections.deque()  # (deadline, BLS response iterator)
-        self._retired_lock = threading.Lock()
 
     def execute(self, requests):
         """Decoupled: hand each request to its thread and return None. Otherwise (serving.streaming:
@@ -220,7 +227,7 @@ class Relay:
         with request_context(outer or None):
             try:
                 self._relay(request, req, inner_id, sender, echo)
-            except Exception as e:  # the BLS call or a send failed: never leave the client waiting
+            except Exception as e:  # the backend call or a send failed: never leave the client waiting
                 log.exception("relay request %s failed", inner_id)
                 with contextlib.suppress(Exception):  # (fails if the final response went out already)
                     sender.send(
@@ -234,26 +241,24 @@ class Relay:
         # kills a Python 3.12 stub (triton_glue.tensors).
         wanted = set(request.requested_output_names())
         skip = NOT_FORWARDED if req.params.stop_sequences else (*NOT_FORWARDED, "stop_words_list")
-        inputs = [t for t in request.inputs() if t.name() not in skip]
-        inputs.append(pb.Tensor("streaming", np.array([[True]], dtype=np.bool_)))
+        inputs = [(t.name(), t.as_numpy()) for t in request.inputs() if t.name() not in skip]
+        inputs.append(("streaming", np.array([[True]], dtype=np.bool_)))
         k = req.params.top_logprobs
         if top_logprobs.return_generation_logits(k):
-            inputs.append(pb.Tensor(top_logprobs.RETURN_GENERATION_LOGITS, np.array([[True]], dtype=np.bool_)))
+            inputs.append((top_logprobs.RETURN_GENERATION_LOGITS, np.array([[True]], dtype=np.bool_)))
         stream = RelayStream(req, self.tok, self.opts.skip_special_tokens)
         # The client went away: only seen when the relay is the top-level request (a direct gRPC client
         # of tensorrt_llm); through the ensemble, postprocessing's stop arrives instead.
         polls = PollThrottle.from_ms(self.opts.cancellation_check_period_ms, clock=self.clock)
         polls.start()
-        responses = pb.InferenceRequest(
-            model_name=self.target,
-            inputs=inputs,
-            requested_output_names=BACKEND_OUTPUTS + top_logprobs.backend_outputs(k),
-            request_id=inner_id,
-        ).exec(decoupled=True)
+        responses = self.backend.stream(
+            self.target, inputs, BACKEND_OUTPUTS + top_logprobs.backend_outputs(k), inner_id
+        )
         try:
             self._pump(responses, stream, sender, polls, inner_id, wanted, echo, k)
         finally:
-            self.retire(responses)
+            # At once, also when a send failed: a stream left open holds its request in Triton.
+            responses.close()
         if stream.error is not None:
             return sender.send(self._error(stream.error), flags=final)
         chunk = stream.finish()
@@ -272,15 +277,12 @@ class Relay:
     def _pump(
         self, responses, stream: RelayStream, sender, polls: PollThrottle, inner_id: str, wanted, echo, k: int
     ) -> None:
-        """Reads the backend's responses to the end (the iterator is always drained: an abandoned one
-        stays in the stub's map for good) and streams the chunks: at most one per interval.
+        """Reads the backend's responses to its final one (a stopped stream too: the stop's answer is
+        read, not sent) and streams the chunks: at most one per interval.
 
         With an interval the thread sleeps after each send until the next chunk is due, then reads what
-        the backend sent meanwhile (already buffered: returned at once) and sends when a response had
-        to be waited for. So it waits inside the iterator once per chunk, not once per token: python_backend
-        r24.10's ResponseIterator.__next__ takes the GIL back while holding the iterator's lock after such
-        a wait, a lock-order inversion that can deadlock the stub (docs/perf-gpu.md), and every wait is a
-        chance for it."""
+        the backend sent meanwhile (already buffered by grpc: returned at once) and sends when a response
+        had to be waited for: one wake-up per chunk, not per token."""
         pb, interval, clock, sent_at, stopping = self.pb, self.interval_s, self.clock, None, False
         asked = clock()
         for response in responses:
@@ -310,26 +312,26 @@ class Relay:
                 sender.send(pb.InferenceResponse(output_tensors=tensors(pb, {**chunk, **echo}, wanted)))
                 sent_at = now
             if stream.stopped or (hasattr(sender, "is_cancelled") and polls.due() and sender.is_cancelled()):
-                send_stop(pb, self.target, inner_id)
+                self._stop(inner_id)
                 stopping = True
             elif interval and chunk is not None and (rest := sent_at + interval - clock()) > 0:
                 self.sleep(rest)  # what comes meanwhile waits in the iterator's buffer
             asked = clock()
 
-    def retire(self, responses) -> None:
-        """Keeps a finished BLS response iterator referenced for RETIRE_S more, then drops it on a request
-        thread (with the GIL). python_backend r24.10 holds each iterator in a map too, erased by the stub's
-        message thread without the GIL when the cleanup message of the finished stream is sent; if that
-        erase drops the last reference, the iterator's responses and their numpy arrays are freed there,
-        without the GIL: `segfault at 10 ... libpython3.12` on a Python 3.12 stub (docs/perf-gpu.md)."""
-        now = self.clock()
-        with self._retired_lock:
-            self._retired.append((now + RETIRE_S, responses))
-            while self._retired and self._retired[0][0] <= now:
-                self._retired.popleft()
+    def _stop(self, request_id: str) -> bool:
+        """Upstream's stop-by-id to the backend. Never raises: a stop that fails leaves the generation
+        to end by itself."""
+        try:
+            ok = self.backend.stop(self.target, request_id)
+            if not ok:
+                log.warning("stop %r on %s was answered with an error", request_id, self.target)
+            return ok
+        except Exception as e:
+            log.warning("stop %r on %s failed: %s", request_id, self.target, e)
+            return False
 
     def _error(self, message: str):
-        """A backend error, as it comes back over BLS (always INTERNAL): its code restored from its kind
+        """A backend error, as it comes back in the stream (its message only): its code restored from its kind
         (errors.classify: a client error INVALID_ARG, busy / unavailable / timeout UNAVAILABLE, a cancel
         CANCELLED)."""
         return self.pb.InferenceResponse(error=triton_error(self.pb, message))
@@ -340,5 +342,5 @@ class Relay:
         pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if not outer:
             return sender.send(pb.InferenceResponse(error=pb.TritonError(NO_REQUEST_ID)), flags=final)
-        send_stop(pb, self.target, outer)
+        self._stop(outer)
         sender.send(flags=final)

@@ -1,6 +1,6 @@
 """tensorrt_llm (engine: tensorrtllm): the token relay in front of the C++ backend model
 (tensorrt_llm_cpp). Same token-level contract as the torch engine; logic: llmserve.pipeline.relay
-(a thread per request over BLS, stop forwarding, cancellation)."""
+(a thread per request, the backend read over gRPC, stop forwarding, cancellation)."""
 
 import json
 

@@ -60,6 +60,7 @@ RUNNING, CANCELLED, TIMED_OUT, FINISHED = (
     "llmserve_requests_finished_total",
 )
 SPECS = {"torch": "specs/tiny.yaml", "tensorrtllm": "specs/tiny-trtllm.yaml"}
+EXIT_EXPIRED = "Exit timeout expired"  # tritonserver's line when it gave up waiting for its models
 IN_FLIGHT = re.compile(r"Model '[^']+' \(version \d+\) has \d+ in-flight inferences")  # tritonserver's shutdown log
 
 
@@ -219,6 +220,9 @@ def test_cancelled_streams_leave_nothing_in_flight_and_sigterm_is_fast(layout, t
     finally:
         ref_took, ref_lines = _stop(ref)
     assert ref_lines == [], ref_lines
+    # The yardstick itself must not wait out its exit timeout (the tensorrtllm layout's relay did, once
+    # a backend stream was cancelled in the moment its final response left: backend_grpc.py).
+    assert EXIT_EXPIRED not in ref.log.read_text(), _shutdown_log(ref)
 
     spec, server = _start(tmp_path, "cancelled", layout)
     frontend = None

@@ -4,11 +4,16 @@ transport in place of the gRPC attempt: it follows the same policy as the sync c
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent import futures
 
+import grpc
 import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from llmserve.client.aio import EnsembleClient, GenerationError, Piece, Stats
+from llmserve.client.aio import Endpoint, EnsembleClient, GenerationError, Piece, Stats
 from llmserve.client.retry import GaveUp, Server, StreamBroken, in_band_error
+from llmserve.contract import ENGINE, ENSEMBLE
 from llmserve.errors import ErrorKind
 
 REQUEST = {"text_input": "<prompt>", "max_tokens": 6, "stream": True, "apply_chat_template": False}
@@ -127,3 +132,51 @@ def test_a_drained_endpoint_is_not_ready_and_not_asked(tmp_path):
     drained.write_text("")
     asyncio.run(c._check_all(1.0))
     assert [e.healthy for e in c.endpoints] == [True, True]
+
+
+class Answering(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Answers each stream's one request with a final response and records how the stream ended:
+    "half-closed" (the client closed its side and read to the end) or "cancelled"."""
+
+    def __init__(self):
+        self.ends: list[tuple[str, str]] = []
+
+    def ModelStreamInfer(self, requests, context):
+        req = next(requests)
+        end = "cancelled"
+        try:
+            msg = service_pb2.ModelStreamInferResponse()
+            msg.infer_response.id = req.id
+            msg.infer_response.parameters["triton_final_response"].bool_param = True
+            yield msg
+            list(requests)  # returns when the client closes its side (raises if it cancels)
+            end = "half-closed"
+        finally:
+            self.ends.append((req.model_name, end))
+
+
+def test_answered_streams_are_closed_not_cancelled():
+    """A stream whose final response was read (a finished generation, an answered stop) is ended by
+    closing our side, never cancelled: Triton 2.51 leaks a stream cancelled in the moment its final
+    response left the model, and that model then holds tritonserver's exit (docs/cancellation.md)."""
+    model = Answering()
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(model, server)
+    url = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+
+    async def go():
+        client = EnsembleClient([url], idle_timeout_s=30, max_attempts=1, health_interval_s=1)
+        client.endpoints = [ep] = [Endpoint(url)]
+        await client._stop(ep, "cmpl-1-1")
+        assert [p async for p in client._attempt(ep, REQUEST, "cmpl-2-1", Stats())] == []
+        await client.close()
+
+    try:
+        asyncio.run(go())
+        deadline = time.monotonic() + 30  # the server records an end after the client saw it
+        while len(model.ends) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server.stop(grace=None)
+    assert sorted(model.ends) == [(ENSEMBLE, "half-closed"), (ENGINE, "half-closed")]

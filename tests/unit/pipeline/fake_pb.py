@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmserve.pipeline.cancellation import stop_arrays
+
 FINAL = 1
 
 
@@ -127,3 +129,21 @@ class BLSRequest:
 
 def outputs_of(response: InferenceResponse) -> dict[str, np.ndarray]:
     return {t.name(): t.as_numpy() for t in response.output_tensors()}
+
+
+class FakeBackend:
+    """The relay's backend (pipeline/backend_grpc.Backend's interface) answered by a FakePb's models, each
+    call kept in the FakePb's `calls` as a BLS request would be."""
+
+    def __init__(self, pb: FakePb):
+        self.pb = pb
+
+    def stream(self, model, inputs, outputs, request_id):
+        tensors = [Tensor(name, arr) for name, arr in inputs]
+        req = self.pb.InferenceRequest(
+            model_name=model, inputs=tensors, requested_output_names=outputs, request_id=request_id
+        )
+        return req.exec(decoupled=True)
+
+    def stop(self, model, request_id):
+        return not any(r.has_error() for r in self.stream(model, stop_arrays(), ["output_ids"], request_id))

@@ -17,7 +17,7 @@ from llmserve.request.word_lists import to_word_list
 from llmserve.text.detokenize import Detokenizer
 from llmserve.text.tokenizer import load_fast
 
-from .fake_pb import FINAL, FakePb, InferenceResponse, Request, Sender, Tensor, TritonError, outputs_of
+from .fake_pb import FINAL, FakeBackend, FakePb, InferenceResponse, Request, Sender, Tensor, TritonError, outputs_of
 
 TEXT = "The quick brown fox 你好，世界 🎉👩‍👩‍👧 jumps over the lazy dog. Écris en français."
 
@@ -125,7 +125,7 @@ def test_postprocessing_answers_log_probs_even_when_absent(smollm2_dir):
     assert out["text_output"][0].decode() == "hello world"
 
 
-# --- Relay: one request over BLS, with a fake Triton ----------------------------------------------------
+# --- Relay: one request over a fake backend, with a fake Triton -------------------------------------------
 
 GENERATED = [40, 41, 42, 43, 44, 45]
 
@@ -167,7 +167,7 @@ def relay_for(pb, decoupled=True, clock=None, interval_ms=0.0, **options):
         **options,
     )
     kw = {"clock": clock, "sleep": lambda s: None} if clock else {}
-    return Relay(pb, opts, _tok(), decoupled, **kw)
+    return Relay(pb, opts, _tok(), decoupled, backend=FakeBackend(pb), **kw)
 
 
 def _tok():
@@ -281,7 +281,7 @@ def test_client_cancellation_is_polled_once_per_period():
 
 
 def test_backend_errors_keep_their_meaning():
-    """BLS hands every error back as INTERNAL: the relay restores the code from the message's kind."""
+    """A streamed error arrives as its message only: the relay restores the code from the message's kind."""
     for message, code in (
         ("invalid end_id: out of range", "INVALID_ARG"),
         ("CUDA out of memory", "INTERNAL"),
@@ -303,6 +303,32 @@ def test_a_failing_backend_call_still_answers_the_client(caplog):
     ((response, flags),) = request.sender.sent
     assert flags == FINAL and response.error().code == "INTERNAL" and "not ready" in response.error().message()
     assert "relay request r1 failed" in caplog.text
+
+
+def test_a_failed_send_closes_the_backend_stream_before_the_relay_answers():
+    """A send that raises (the relay's client is gone) must not leave the backend's stream open: one left
+    open holds its request, and with it its model, in Triton (backend_grpc closes it: stop, read to end)."""
+    events = []
+
+    class Failing(Sender):
+        def send(self, response=None, flags=0):
+            events.append(("send", flags))
+            if flags != FINAL:
+                raise RuntimeError("Unable to send response: the client is gone")
+            super().send(response, flags)
+
+    class Watched(Backend):
+        def _stream(self, bls):
+            try:
+                yield from super()._stream(bls)
+            finally:
+                events.append(("backend stream closed", None))
+
+    request = generation(sender=Failing())
+    relay_for(FakePb({"backend": Watched()})).serve(request, request.sender)
+    assert events == [("send", 0), ("backend stream closed", None), ("send", FINAL)]
+    ((response, _),) = request.sender.sent
+    assert "the client is gone" in response.error().message()
 
 
 def test_unary_execution_answers_each_request_once():
