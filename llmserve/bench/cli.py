@@ -15,7 +15,7 @@ from ..logs import add_cli_options, configure_from_args
 from ..spec import load_spec
 from ..spec.deployment import Engine as EngineSection
 from . import report
-from .runner import fixed_concurrency, poisson_rate, warm_up
+from .runner import fixed_concurrency, interleaved, poisson_rate, warm_up
 from .targets import GrpcEnsemble, GrpcTokens, HttpEnsemble, InProcessEngine, OpenAICompletions, Record
 from .workload import make_prompts
 
@@ -58,6 +58,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/bench", help="directory for results.json, results.csv and plots")
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request counts as an error")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="with several --targets and --concurrency: one run per load where each stream sends its "
+        "requests to the targets in turn, so they share the load and the moment (e.g. ensemble,openai: "
+        "the TTFT the OpenAI frontend adds, without the drift between separate runs)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--label", default="", help="free text stored in results.json (machine, variant)")
     add_cli_options(p)
@@ -147,8 +154,9 @@ async def main_async(args) -> dict:
         "itl_definition": "(last token time - first token time) / (tokens - 1) per request",
     }
     runs = []
-    for name in targets:
-        target = {
+
+    def make(name: str):
+        return {
             "ensemble": lambda: GrpcEnsemble(args.url, args.model),
             "ensemble-http": lambda: HttpEnsemble(args.http_url, args.model),
             "tensorrt_llm": lambda: GrpcTokens(args.url, args.token_model),
@@ -157,6 +165,13 @@ async def main_async(args) -> dict:
                 args.openai_url, args.openai_model or (spec.openai.served_model_name or spec.name)
             ),
         }[name]()
+
+    if args.interleave:
+        if len(targets) < 2 or args.request_rate:
+            sys.exit("--interleave needs two or more --targets and --concurrency (not --request-rate)")
+        await _interleaved(args, targets, make, prompts, runs)
+    for name in targets if not args.interleave else ():
+        target = make(name)
         await target.open()
         target = _Timed(target, args.request_timeout)
         try:
@@ -192,15 +207,7 @@ async def main_async(args) -> dict:
                     )
                 summary = report.summarize(res)
                 runs.append({"target": name, "mode": mode, "load": load, "summary": summary})
-                s = summary
-                print(
-                    f"{desc:28s} {s['output_tokens_per_s']:>10.1f} tok/s {s['requests_per_s']:>7.2f} req/s  "
-                    f"TTFT p50 {s['ttft_ms']['p50']} ms  ITL p50 {s['itl_ms']['p50']} ms  "
-                    f"E2E p50 {s['e2e_ms']['p50']} ms  errors {s['errors']}",
-                    flush=True,
-                )
-                if s["error_examples"]:
-                    print(f"  first errors: {s['error_examples'][:2]}", flush=True)
+                _print(desc, summary)
         finally:
             await target.close()
     doc = report.write(Path(args.out), meta, runs)
@@ -208,6 +215,48 @@ async def main_async(args) -> dict:
         print("ratios:", json.dumps(doc["ratios"]))
     print(f"wrote {args.out}/results.json, results.csv, throughput.png, latency.png")
     return doc
+
+
+def _print(desc: str, s: dict) -> None:
+    print(
+        f"{desc:28s} {s['output_tokens_per_s']:>10.1f} tok/s {s['requests_per_s']:>7.2f} req/s  "
+        f"TTFT p50 {s['ttft_ms']['p50']} ms  ITL p50 {s['itl_ms']['p50']} ms  "
+        f"E2E p50 {s['e2e_ms']['p50']} ms  errors {s['errors']}",
+        flush=True,
+    )
+    if s["error_examples"]:
+        print(f"  first errors: {s['error_examples'][:2]}", flush=True)
+
+
+async def _interleaved(args, names: list[str], make, prompts, runs: list[dict]) -> None:
+    """--interleave: every target in one closed loop per concurrency (runner.interleaved); each target's
+    tok/s is its share of the load. Prints each later target's TTFT p50 minus the first target's."""
+    targets = {}
+    try:
+        for name in names:
+            t = make(name)
+            await t.open()
+            targets[name] = _Timed(t, args.request_timeout)
+        for c in _ints(args.concurrency) or [1]:
+            for t in targets.values():
+                n_warm = args.warmup if args.warmup is not None else max(2, c)
+                if n_warm:
+                    await warm_up(t, prompts, args.output_len, n_warm, c)
+            res = await interleaved(
+                targets, prompts, args.output_len, c, duration=args.duration, requests=args.requests
+            )
+            for name in names:
+                s = report.summarize(res[name])
+                runs.append({"target": name, "mode": "concurrency", "load": c, "interleaved": names, "summary": s})
+                _print(f"{name} concurrency={c} (interleaved)", s)
+            base = runs[-len(names)]["summary"]["ttft_ms"]["p50"]
+            for r in runs[-len(names) + 1 :]:
+                p50 = r["summary"]["ttft_ms"]["p50"]
+                if base is not None and p50 is not None:
+                    print(f"  TTFT p50 added, {r['target']} - {names[0]}: {p50 - base:+.1f} ms", flush=True)
+    finally:
+        for t in targets.values():
+            await t.close()
 
 
 def main(argv=None) -> int:

@@ -210,7 +210,11 @@ class OpenAICompletions(Target):
     async def open(self) -> None:
         import aiohttp
 
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        # limit=0: a connection per stream however many there are (aiohttp's default pool of 100 would
+        # hold requests beyond the 100th in this client, and their wait would count as the server's TTFT).
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None), connector=aiohttp.TCPConnector(limit=0)
+        )
 
     async def close(self) -> None:
         await self.session.close()

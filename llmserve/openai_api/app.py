@@ -137,7 +137,7 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
             data = json.loads(raw)
         except ValueError as e:
             raise bad_request(None, f"We could not parse the JSON body of your request ({e}).") from None
-        req, prompts, reply = await service.prepare(kind, data)
+        req, prompts, reply = await service.prepare(kind, data, len(raw))
         chat = kind is ChatCompletionRequest
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         shape = Shape(CHAT if chat else COMPLETION, rid, int(time.time()), req.model)

@@ -40,6 +40,9 @@ class PromptBuilder:
         self, tokenizer_dir: str, limits: Limits, *, add_special_tokens: bool = False, trust_remote_code: bool = False
     ):
         self.tok = load_hf_tokenizer(tokenizer_dir, trust_remote_code)
+        # Counting goes to the Rust tokenizer itself: the same ids as `tok(text)` (which calls it), without
+        # transformers' BatchEncoding around them, a third of the time of a 128-token prompt.
+        self._encoder = self.tok.backend_tokenizer
         self.limits, self.add_special_tokens = limits, add_special_tokens
         self.has_chat_template = bool(self.tok.chat_template)
         # No token stands for more UTF-8 bytes than its vocabulary string has, so a prompt longer
@@ -59,7 +62,7 @@ class PromptBuilder:
             raise bad_request("messages", f"the model's chat template refused these messages: {e}") from None
 
     def count(self, text: str) -> int:
-        return len(self.tok(text, add_special_tokens=self.add_special_tokens)["input_ids"])
+        return len(self._encoder.encode(text, add_special_tokens=self.add_special_tokens).ids)
 
     def build(self, req: ChatCompletionRequest | CompletionRequest, reply: Reply | None = None) -> list[Prompt]:
         """One Prompt per prompt of the request (a chat has one; /v1/completions takes a list)."""
