@@ -10,7 +10,8 @@
 #     wN   --workers N for N in WORKERS (uvicorn's supervisor, one shared socket)
 #     rpN  N single-worker frontends with --reuse-port (the kernel spreads connections)
 #   tensorrtllm layout (relay + stand-in): ensemble; the null engine in-process.
-# Knobs: CONC, WORKERS, REUSE, CLIENTS, DUR; TORCH_TARGETS (torch-layout targets, default ensemble);
+# Knobs: CONC, WORKERS, REUSE, CLIENTS, DUR; INTERLEAVE=1 (the OpenAI points alternate ensemble and openai
+# in every stream: the TTFT the frontend adds, paired); TORCH_TARGETS (torch-layout targets, default ensemble);
 # TORCH_ENVS (";"-separated variable sets for extra torch-layout servers, "-" for none: the first is the
 # one the OpenAI points use); OPENAI=0, TRTLLM=0, ENGINE=0 skip those parts; PROBE=1 prints the engine
 # stub's CPU seconds per thread over each point (py-spy names the Python threads).
@@ -101,7 +102,9 @@ point() {  # point TAG TARGET CONC: one bench process (PROBE=1: and the engine s
 }
 openai_point() {  # openai_point TAG C FRONTEND_PID: CLIENTS bench processes of C/CLIENTS streams each
   local tag=$1 c=$2 fpid=$3 each=$(( $2 / CLIENTS ))
-  local cmd="for i in \$(seq $CLIENTS); do $BENCH --openai-url localhost:19000 --targets openai --concurrency $each"
+  local targets="--targets openai"  # INTERLEAVE=1: each stream alternates ensemble and openai (paired TTFT)
+  [ "${INTERLEAVE:-0}" = 1 ] && targets="--url localhost:18001 --targets ensemble,openai --interleave"
+  local cmd="for i in \$(seq $CLIENTS); do $BENCH --openai-url localhost:19000 $targets --concurrency $each"
   cmd="$cmd --out $W/b-$tag-$c-\$i > $W/log-$tag-$c-\$i 2>&1 & done; wait"
   timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ensemble --label "$tag openai c=$c" --pid frontend=$fpid \
     --out $W/p-$tag-openai-$c.json -- bash -c "$cmd" > $W/log-$tag-$c 2>&1
@@ -109,18 +112,26 @@ openai_point() {  # openai_point TAG C FRONTEND_PID: CLIENTS bench processes of 
 import json, sys
 from pathlib import Path
 w, tag, c, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
-runs = [json.loads((w / f"b-{tag}-{c}-{i}" / "results.json").read_text())["runs"][0]["summary"]
-        for i in range(1, n + 1) if (w / f"b-{tag}-{c}-{i}" / "results.json").exists()]
+files = [w / f"b-{tag}-{c}-{i}" / "results.json" for i in range(1, n + 1)]
+every = [json.loads(f.read_text())["runs"] for f in files if f.exists()]  # per client: one run per target
 p = json.loads((w / f"p-{tag}-openai-{c}.json").read_text())
-p["bench"] = [{"target": "openai", "load": int(c), "clients": len(runs),
-               "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
-               "ttft_p50_ms": max((r["ttft_ms"]["p50"] for r in runs), default=None),
-               "errors": sum(r["errors"] for r in runs)}]
+p["bench"] = []
+for target in ("openai", "ensemble"):
+    runs = [r["summary"] for client in every for r in client if r["target"] == target]
+    if runs:
+        p["bench"].append({"target": target, "load": int(c), "clients": len(runs),
+                           "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
+                           "ttft_p50_ms": max((r["ttft_ms"]["p50"] or 0 for r in runs), default=None),
+                           "errors": sum(r["errors"] for r in runs)})
 (w / f"p-{tag}-openai-{c}.json").write_text(json.dumps(p, indent=1))
 fe = p["cpu"].get("frontend", {})
-print(f"HOPS {p['label']}: bench {p['bench'][0]['tok_s']} tok/s ({len(runs)} clients) ttft50 {p['bench'][0]['ttft_p50_ms']}"
-      f" err {p['bench'][0]['errors']}; server {p['server_tok_per_s']} tok/s; frontend {fe.get('cores')} cores"
-      f" ({fe.get('us_per_token')} us/tok)")
+line = "; ".join(f"{b['target']} {b['tok_s']} tok/s ttft50 {b['ttft_p50_ms']} err {b['errors']}" for b in p["bench"])
+if len(p["bench"]) == 2:  # interleaved: the paired difference, per client, averaged
+    p50 = [{r["target"]: r["summary"]["ttft_ms"]["p50"] for r in client} for client in every]
+    added = [t["openai"] - t["ensemble"] for t in p50 if t.get("openai") and t.get("ensemble")]
+    line += f"; TTFT p50 added (mean over clients) {sum(added) / max(len(added), 1):+.1f} ms"
+print(f"HOPS {p['label']}: {line} ({len(every)} clients); server {p['server_tok_per_s']} tok/s;"
+      f" frontend {fe.get('cores')} cores ({fe.get('us_per_token')} us/tok)")
 PY
 }
 openai_variant() {  # openai_variant TAG ARGS...: frontend(s) started by one shell, swept over CONC, stopped
@@ -153,7 +164,7 @@ vars=${ENVS[0]}; [ "$vars" = - ] && vars=""
 if up model_repository torch $vars; then
   for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch $t $c; done; done
   if [ "${OPENAI:-1}" = 1 ]; then
-    openai_variant w1 $FRONTEND --workers 1
+    [ "${W1:-1}" = 1 ] && openai_variant w1 $FRONTEND --workers 1
     for n in ${WORKERS//,/ }; do openai_variant w$n $FRONTEND --workers $n; done
     for n in ${REUSE//,/ }; do
       openai_variant rp$n bash -c "for i in \$(seq $n); do $FRONTEND --workers 1 --reuse-port & done; wait"
@@ -162,7 +173,10 @@ if up model_repository torch $vars; then
   down
 fi
 if [ "${TRTLLM:-1}" = 1 ] && up model_repository-trtllm trtllm; then
-  for c in ${CONC//,/ }; do point trtllm ensemble $c; done
+  for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do point trtllm $t $c; done; done
+  for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too
+    openai_variant tw$n ${FRONTEND/bench-1b.yaml/bench-1b-trtllm.yaml} --workers $n
+  done
   down
 fi
 
