@@ -15,6 +15,8 @@
 # TORCH_ENVS (";"-separated variable sets for extra torch-layout servers, "-" for none: the first is the
 # one the OpenAI points use); OPENAI=0, TRTLLM=0, ENGINE=0 skip those parts; PROBE=1 prints the engine
 # stub's CPU seconds per thread over each point (py-spy names the Python threads).
+# W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
+# ensemble) and TRTLLM_WORKERS (OpenAI frontends with that many workers on it).
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
 # one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
 set -uo pipefail
