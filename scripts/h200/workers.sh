@@ -59,6 +59,14 @@ for f in tok_dir.iterdir():
 PY
 
 export PYTHONPATH=/tmp/site:$ROOT/$H/after
+if [ "${TRTLLM:-1}" = 1 ]; then  # the stand-in reads xgrammar's tokenizer info, which an engine build writes (none here)
+  (cd $H/after && python3 -c "
+from llmserve.spec import load_spec, ROOT
+from llmserve.spec.trtllm import engine_dir
+from llmserve.trtllm.build import write_xgrammar_tokenizer_info
+spec = load_spec(ROOT / 'scripts/h200/bench-1b-trtllm.yaml')
+write_xgrammar_tokenizer_info(spec, engine_dir(spec))") || exit 1
+fi
 export PATH=/tmp/site/bin:$PATH  # py-spy
 python3 -c 'import sys, torch, uvicorn, prometheus_client as p; print(sys.version.split()[0], torch.__version__, "uvicorn", uvicorn.__version__)'
 BENCH0="python3 $H/after/tools/bench.py --spec $H/after/scripts/h200/bench-1b.yaml --checkpoint $CKPT --input-len 128 \
@@ -163,7 +171,7 @@ for i in "${!ENVS[@]}"; do
   fi
 done
 vars=${ENVS[0]}; [ "$vars" = - ] && vars=""
-if up model_repository torch $vars; then
+if [ "${TORCH:-1}" = 1 ] && up model_repository torch $vars; then  # TORCH=0: the tensorrtllm layout only
   for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch $t $c; done; done
   if [ "${OPENAI:-1}" = 1 ]; then
     [ "${W1:-1}" = 1 ] && openai_variant w1 $FRONTEND --workers 1
