@@ -14,9 +14,12 @@ Access line: one per request when it is over (for a stream: when its last byte w
 (WARNING for a 5xx), on the logger `llmserve.openai_api.access`:
     POST /v1/chat/completions 200 1.234 s completion_tokens=32 client=127.0.0.1:50412
 plus `retries=`, `resumes=` when the failover needed them, `error="..."` with the cause when the
-request failed (WARNING also when a stream that had started ends with an error event) and
-`hung_up=True` when the client went away mid-stream. JSON lines carry the same as fields (method,
-path, status, duration_ms, completion_tokens, retries, resumes, error, hung_up, client). /health and /metrics,
+request failed (WARNING also when a stream that had started ends with an error event),
+`hung_up=True` when the client went away mid-stream, and for a request that got tokens
+`first_byte_ms=` (arrival -> first body bytes out) and `triton_first_ms=` (sent to Triton -> its
+first token): their difference is the time to first token this frontend added. JSON lines carry the
+same as fields (method, path, status, duration_ms, completion_tokens, retries, resumes, error,
+hung_up, first_byte_ms, triton_first_ms, client). /health and /metrics,
 polled every second by load balancers and Prometheus, log at DEBUG. A client that hung up: 499."""
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Access:
     runs: list = field(default_factory=list)  # service.Run of each choice, once sent: tokens, retries, resumes
     error: str | None = None
     hung_up: bool = False  # the client closed the connection before the end (a stream's status stays 200)
+    first_byte_at: float | None = None  # monotonic: the first body bytes handed to the server (a stream's first chunk)
 
 
 def access(request) -> Access:
@@ -130,6 +134,8 @@ class AccessLog:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 message = {**message, "headers": [*message.get("headers", ()), (HEADER.encode(), rid.encode())]}
+            elif record.first_byte_at is None and message.get("body"):
+                record.first_byte_at = time.monotonic()
             await send(message)
 
         with request_context(rid):
@@ -148,10 +154,11 @@ class AccessLog:
                 await send_with_id({"type": "http.response.body", "body": dumps(err.body())})
             finally:
                 self.inflight.release(rid)
-                self._line(scope, record, status[0] or 499, time.monotonic() - started)
+                self._line(scope, record, status[0] or 499, started)
 
     @staticmethod
-    def _line(scope, record: Access, status: int, seconds: float) -> None:
+    def _line(scope, record: Access, status: int, started: float) -> None:
+        seconds = time.monotonic() - started
         path = scope.get("path", "")
         level = (
             logging.DEBUG
@@ -176,6 +183,13 @@ class AccessLog:
                 fields["retries"] = retries
             if resumes := sum(r.trace.resumes for r in record.runs):
                 fields["resumes"] = resumes
+            # Where the first token's time went: first_byte_ms from the request's arrival to its first body
+            # bytes (a stream's first chunk), triton_first_ms from sending it to Triton to Triton's first
+            # token; the difference is what this frontend added (the client's own side not included).
+            run = record.runs[0]
+            if record.first_byte_at is not None and run.first_at is not None and run.trace.dispatched_at is not None:
+                fields["first_byte_ms"] = round((record.first_byte_at - started) * 1000, 1)
+                fields["triton_first_ms"] = round((run.first_at - run.trace.dispatched_at) * 1000, 1)
         if record.error:
             fields["error"] = record.error
         if record.hung_up:

@@ -323,6 +323,10 @@ def test_minted_request_id_stream_and_error_cause(fe, caplog):
     fe.fake.error = None
     streamed, busy, unknown = _wait_access(caplog, 3)
     assert streamed.request_id == rid and streamed.status == 200 and streamed.completion_tokens == 4
+    # Where the first token's time went: the frontend's part is first_byte_ms - triton_first_ms.
+    assert streamed.first_byte_ms >= streamed.triton_first_ms >= 0
+    assert f"first_byte_ms={streamed.first_byte_ms}" in streamed.getMessage()
+    assert not hasattr(busy, "first_byte_ms")  # no token, no time to it
     assert busy.levelno == logging.WARNING and busy.status == 503 and "busy" in busy.error
     assert unknown.levelno == logging.INFO and unknown.status == 404 and "does not exist" in unknown.error
     assert len({streamed.request_id, busy.request_id, unknown.request_id}) == 3
