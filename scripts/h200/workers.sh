@@ -185,7 +185,7 @@ fi
 if [ "${TRTLLM:-1}" = 1 ] && up model_repository-trtllm trtllm; then
   for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do point trtllm $t $c; done; done
   for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too
-    openai_variant tw$n ${FRONTEND/bench-1b.yaml/bench-1b-trtllm.yaml} --workers $n
+    openai_variant tw$n $FRONTEND --workers $n  # bench-1b.yaml: the model name the bench asks for
   done
   down
 fi
