@@ -1,8 +1,10 @@
 """One completion, from a parsed request to pieces of text, with usage, finish reason and metrics.
 
-The ensemble gets the rendered prompt (`apply_chat_template=false`) and streams (`stream=true`);
-`return_log_probs=true` makes every response carry one log-probability per token, which is how
-tokens are counted exactly (the C++ TensorRT-LLM backend sends them only when asked).
+The ensemble gets the rendered prompt (`apply_chat_template=false`) and streams (`stream=true`).
+Tokens are counted exactly from each response's `output_log_probs` (one per token: postprocessing
+answers zeros when the engine sent none); `return_log_probs=true` is set only when the request asks
+for log probs, since the engines (TensorRT-LLM's backend, and the torch engine like it) then send two
+tensors more with every response.
 
 finish_reason: the engine ends a request at the end token or a stop word ("stop") or when it has
 generated `max_tokens` ("length"); the end token and a stop word's tokens are not output, so
@@ -234,7 +236,7 @@ class Service:
             "stream": True,
             "apply_chat_template": False,
             "exclude_input_in_output": True,
-            "return_log_probs": True,
+            "return_log_probs": req.top_k_logprobs is not None,
         }
         if prompt.stop:
             # OpenAI's `stop` is a string the text must not contain: matched on the text, cut from the
