@@ -27,7 +27,14 @@ interface (trtllm/upstream.py, model_instance_state.cc / utils.cc of TensorRT-LL
 
 Generation itself is llmserve's torch engine (in-flight batching), so the numbers are the torch
 engine's, not TensorRT-LLM's. Triton-free: the model.py adapter passes tensors in and `send` out
-(triton_glue.StreamSender); `StandinStream` turns the engine's callbacks into the backend's responses."""
+(triton_glue.StreamSender); `StandinStream` turns the engine's callbacks into the backend's responses.
+
+Responses leave from send threads, never from the engine thread (`Standin.sends`, engine.torch.send_threads
+of them), as the C++ backend's leave from its own response thread (model_instance_state.cc
+WaitForResponse), not from the executor's step: a Python send is an IPC round trip of 110-150 us, and 128
+streams sending every token synchronously from the engine thread held the step to ~38 ms (docs/perf-gpu.md).
+Unlike the torch engine, nothing is coalesced while a send is backlogged: the backend answers every token
+with a response of its own, and so does the stand-in."""
 
 from __future__ import annotations
 
@@ -52,6 +59,7 @@ from .cancellation import CancelRegistry
 from .engine_service import EngineService, Send
 from .options import EngineOptions
 from .stream_output import token_outputs
+from .triton_glue import SendQueue
 
 STANDIN_PREFIX = U.STANDIN_PREFIX
 
@@ -363,6 +371,8 @@ class Standin:
         self.service = EngineService(EngineOptions.from_params(self.backend.standin, resolve), info or None)
         self.engine = self.service.engine
         self.active = CancelRegistry()
+        # The backend's response thread: the adapter's StreamSenders queue their responses here.
+        self.sends = SendQueue(self.service.opts.send_threads)
 
     def parse(self, read: Reader) -> BackendRequest:
         opts, model = self.service.opts, self.service.model.cfg
@@ -417,3 +427,4 @@ class Standin:
 
     def shutdown(self) -> None:
         self.service.shutdown()
+        self.sends.close()  # what the engine's last callbacks queued goes out first

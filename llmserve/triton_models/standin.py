@@ -2,7 +2,7 @@
 with llmserve's torch engine underneath. What it mirrors and how: llmserve.pipeline.standin.
 
 Decoupled (as the generated C++ config is): execute() only checks and enqueues; the engine thread
-sends every response."""
+hands every response to the stand-in's send threads (as the backend's response thread sends them)."""
 
 import json
 
@@ -26,7 +26,9 @@ class TritonPythonModel:
 
     def execute(self, requests):
         for request in requests:
-            send = StreamSender(pb_utils, request)  # only the requested outputs (triton_glue.tensors)
+            send = StreamSender(
+                pb_utils, request, self.standin.sends
+            )  # only the requested outputs (triton_glue.tensors)
             read = reader(pb_utils, request)
             try:
                 stop = read("stop")

@@ -17,9 +17,10 @@ if [ ! -f $H/pytriton-trim.tar.xz ]; then
     typing-extensions==4.16.0 \
     xgrammar==$(python3 -m pip show xgrammar | sed -n 's/^Version: //p') \
     apache-tvm-ffi==$(python3 -m pip show apache-tvm-ffi | sed -n 's/^Version: //p') \
-    py-spy==$(python3 -m pip show py-spy | sed -n 's/^Version: //p')
+    py-spy==$(python3 -m pip show py-spy 2>/dev/null | sed -n 's/^Version: //p' | grep . || echo 0.4.1)
   # (xgrammar: preprocessing and the engine import it; stub_venv.sh puts these wheels in the stubs' venv too;
-  #  py-spy: names the Python threads of a stub for workers.sh PROBE=1)
+  #  py-spy: names the Python threads of a stub for workers.sh PROBE=1; not in requirements.txt, so the
+  #  version here, 0.4.1, unless this venv has one)
   # numpy 1.26.4 for the Triton Python stubs only (scripts/h200/stub_venv.sh): Triton 2.51's stub breaks under numpy 2.
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d $H/stubwhl \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 numpy==1.26.4

@@ -16,7 +16,8 @@
 # one the OpenAI points use); OPENAI=0, TRTLLM=0, ENGINE=0 skip those parts; PROBE=1 prints the engine
 # stub's CPU seconds per thread over each point (py-spy names the Python threads).
 # W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
-# ensemble) and TRTLLM_WORKERS (OpenAI frontends with that many workers on it).
+# ensemble), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
+# tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm).
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
 # one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
 set -uo pipefail
@@ -182,13 +183,16 @@ if [ "${TORCH:-1}" = 1 ] && up model_repository torch $vars; then  # TORCH=0: th
   fi
   down
 fi
-if [ "${TRTLLM:-1}" = 1 ] && up model_repository-trtllm trtllm; then
-  for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do point trtllm $t $c; done; done
-  for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too
-    openai_variant tw$n $FRONTEND --workers $n  # bench-1b.yaml: the model name the bench asks for
-  done
-  down
-fi
+for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_repository-trtllm model_repository-trtllm-st4"
+  tag=trtllm${repo#model_repository-trtllm}
+  if [ "${TRTLLM:-1}" = 1 ] && up $repo $tag; then
+    for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do point $tag $t $c; done; done
+    for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too
+      openai_variant $tag-w$n $FRONTEND --workers $n  # bench-1b.yaml: the model name the bench asks for
+    done
+    down
+  fi
+done
 
 if [ "${ENGINE:-1}" = 1 ]; then
   stamp "null engine in-process, step $STEP ms"
