@@ -61,7 +61,11 @@ class Engine:
         """Every knob comes from the spec (pipeline/options.EngineOptions); none is defaulted here.
         max_waiting 0 means no bound (as max_queue_size 0 does for Triton's own queue). cancel_poll_s:
         is_cancelled() is an IPC round trip per request in the Python backend, so it is asked at most
-        this often (the spec's cancellation_check_period_ms, the period TensorRT-LLM's backend polls at)."""
+        this often (the spec's cancellation_check_period_ms, the period TensorRT-LLM's backend polls at).
+        A started engine asks on a thread of its own (`_poll_cancelled`), as TensorRT-LLM's backend does
+        (model_instance_state.cc WaitForCancel): asked from the engine thread, 128 round trips of up to
+        ~400 us each on a loaded server stalled every poll's step by tens of milliseconds (docs/perf-gpu.md).
+        An engine driven inline by step() (tests, benchmarks) asks inside the step."""
         self.cancel_poll_s = cancel_poll_s
         self.model = model
         self.stall_s = stall_s
@@ -80,6 +84,8 @@ class Engine:
         self._stopping = False
         self._stop_keys: set[str] = set()  # request ids a `stop` request asked to cancel (next step)
         self._last_cancel_poll = float("-inf")
+        self._poller: threading.Thread | None = None  # started: is_cancelled() is asked there, not in step()
+        self._poller_stop = threading.Event()
         self._step_started: float | None = None
         self.consecutive_failures = 0
         self.unhealthy: str | None = None  # why the engine cannot serve any more (None: healthy)
@@ -131,15 +137,20 @@ class Engine:
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="llmserve-engine", daemon=True)
+        self._poller = threading.Thread(target=self._poll_cancelled, name="llmserve-cancel-poll", daemon=True)
         self._thread.start()
+        self._poller.start()
 
     def shutdown(self) -> None:
         """Stop the loop; every request still waiting or running is answered (error), none is lost."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
+        self._poller_stop.set()
         if self._thread:
             self._thread.join(timeout=30)
+        if self._poller:
+            self._poller.join(timeout=5)
         if self._thread is None or not self._thread.is_alive():
             self._fail_all("the server is shutting down")
 
@@ -183,6 +194,27 @@ class Engine:
             if not self._stopping and not self.unhealthy:
                 self.unhealthy = "the engine thread ended unexpectedly"
             self._fail_all(self.unhealthy or "the server is shutting down")
+
+    def _poll_cancelled(self) -> None:
+        """Every cancel_poll_s: ask each request in the engine whether its client is gone and mark the
+        ones that are; the engine thread frees them at its next step, without a round trip of its own."""
+        while not self._poller_stop.wait(self.cancel_poll_s):
+            with self._cv:
+                candidates = list(self.waiting)
+            gone = 0
+            for s in candidates + list(self.running):  # (a copy: the engine thread changes the list)
+                if s.client_gone or s.finish_reason is not None:
+                    continue
+                try:
+                    s.client_gone = bool(s.is_cancelled())
+                except Exception as e:  # an answer we cannot read: ask again at the next poll
+                    self.throttle.exception(
+                        log, e, "asking whether a request was cancelled failed", level=logging.WARNING, request_id=s.key
+                    )
+                gone += s.client_gone
+            if gone:
+                with self._cv:
+                    self._cv.notify()
 
     def _fail_all(self, message: str) -> None:
         """Answer every request in the engine with an error. The waiting queue is swapped out under
@@ -430,10 +462,11 @@ class Engine:
 
     def _drop_cancelled(self) -> None:
         """Free the slots of requests whose client went away, that a `stop` named, or whose time is
-        up. is_cancelled() is asked at most every cancel_poll_s and never under the lock (each call
-        is an IPC round trip in the Python backend, and submit() waits for the lock)."""
+        up. A started engine's poller thread has asked is_cancelled() (client_gone); driven inline,
+        it is asked here, at most every cancel_poll_s and never under the lock (each call is an IPC
+        round trip in the Python backend, and submit() waits for the lock)."""
         now = time.monotonic()
-        poll = now - self._last_cancel_poll >= self.cancel_poll_s
+        poll = self._poller is None and now - self._last_cancel_poll >= self.cancel_poll_s
         if poll:
             self._last_cancel_poll = now
         with self._cv:
@@ -441,7 +474,7 @@ class Engine:
             candidates = list(self.waiting)
 
         def reason(s: Sequence) -> FinishReason | None:
-            if s.broken or (s.key and s.key in keys) or (poll and s.is_cancelled()):
+            if s.broken or s.client_gone or (s.key and s.key in keys) or (poll and s.is_cancelled()):
                 return FinishReason.CANCELLED
             return FinishReason.TIMEOUT if now > s.deadline else None
 

@@ -33,6 +33,7 @@ class Sequence:
     keep: int | None = None  # set when a stop word ends the sequence: tokens to output
     finish_reason: FinishReason | None = None
     broken: bool = False  # its callback failed: the engine drops it at the next step
+    client_gone: bool = False  # is_cancelled() said so (the engine's poller thread): dropped at the next step
     error: str | None = None  # what failed, when finish_reason is ERROR
     stop: StopMatcher | None = None
     generator: torch.Generator | None = None

@@ -166,6 +166,45 @@ def test_is_cancelled_is_polled_at_most_every_period(engine_parts):
     assert asked["n"] <= elapsed / engine.cancel_poll_s + 2
 
 
+def test_a_started_engine_asks_is_cancelled_on_its_poller_thread_only(engine_parts):
+    """The C++ backend polls cancellation on a thread of its own (WaitForCancel); so does a started
+    engine: is_cancelled() (an IPC round trip in the Python backend) never runs on the engine thread,
+    and a request whose client went away is still freed, as CANCELLED, while its neighbour finishes."""
+    model, tok = engine_parts
+    engine = make_engine(model, tok, cancel_poll_s=0.01)
+    asked_on: set[str] = set()
+    asked = threading.Event()
+    done = {}
+    leaving, staying = _seq(done, "leaving", n=60), _seq(done, "staying", n=8)
+    inner = leaving.on_output
+
+    def on_output(seq, tokens, lp, finished, reason):
+        inner(seq, tokens, lp, finished, reason)
+        asked.wait(30)  # the engine goes on only once the poller has seen the client gone
+
+    def gone():
+        asked_on.add(threading.current_thread().name)
+        asked.set()
+        return True
+
+    def here():
+        asked_on.add(threading.current_thread().name)
+        return False
+
+    leaving.on_output, leaving.is_cancelled, staying.is_cancelled = on_output, gone, here
+    engine.start()
+    try:
+        engine.submit(leaving)
+        engine.submit(staying)
+        _wait(lambda: "staying" in done and "leaving" in done)
+    finally:
+        engine.shutdown()
+    assert done["staying"][0] is FinishReason.LENGTH
+    assert done["leaving"][0] is FinishReason.CANCELLED
+    assert asked_on == {"llmserve-cancel-poll"}
+    assert not engine._poller.is_alive()  # shutdown stops the poller too
+
+
 def test_shutdown_answers_everything(engine_parts):
     model, tok = engine_parts
     engine = make_engine(model, tok)
