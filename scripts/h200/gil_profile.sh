@@ -9,6 +9,11 @@
 #   all-TARGET.txt    the engine stub, every thread, idle included (--idle): where its threads wait
 #   post-TARGET.txt   one postprocessing stub (ensemble only)
 # and the engine stub's CPU seconds per thread over the window (threads-TARGET.txt). Results in $OUT.
+# STUB (default tensorrt_llm) names the model whose first stub is "the engine stub" (tensorrt_llm_cpp: the
+# stand-in of the tensorrtllm layout); ALSO (space-separated models) records one stub of each with --gil too
+# (gil-TARGET-MODEL.txt), e.g. ALSO=tensorrt_llm for a relay. The tensorrtllm layout from build/h17:
+#   cd build/h17/after && H=build/h17 REPO=after/repos/model_repository-trtllm-st4 STUB=tensorrt_llm_cpp \
+#     ALSO=tensorrt_llm TARGETS=tensorrt_llm LLMSERVE_NULL_STEP_MS=1 bash scripts/h200/gil_profile.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 H=${H:-build/h200}
@@ -32,11 +37,19 @@ export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 bash scripts/h200/stub_venv.sh python3 $H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stubvenv $H/whl/*.whl || exit 1
 py-spy --version || exit 1
 python3 scripts/h200/make_weights.py $H/tokenizer "$CKPT" || exit 1
+if [ -d $H/$REPO/tensorrt_llm_cpp ]; then  # the stand-in reads xgrammar's tokenizer info, which an engine build writes
+  python3 -c "
+from llmserve.spec import load_spec, ROOT
+from llmserve.spec.trtllm import engine_dir
+from llmserve.trtllm.build import write_xgrammar_tokenizer_info
+spec = load_spec(ROOT / 'scripts/h200/bench-1b-trtllm.yaml')
+write_xgrammar_tokenizer_info(spec, engine_dir(spec))" || exit 1
+fi
 /tmp/stubvenv/bin/python3 scripts/h200/triton_up.py $H/$REPO 18000 18001 18002 $W/triton.log || exit 1
 BENCH="python3 tools/bench.py --spec scripts/h200/bench-1b.yaml --checkpoint $CKPT --input-len 128 --output-len 128
   --no-progress --request-timeout 60 --url localhost:18001"
 timeout 90 $BENCH --targets ensemble --concurrency 8 --requests 64 --warmup 8 --out $W/warm > /dev/null 2>&1
-engine=$(pgrep -f "backend_stub .*/tensorrt_llm/1/model.py" | head -1)
+engine=$(pgrep -f "backend_stub .*/${STUB:-tensorrt_llm}/1/model.py" | head -1)
 post=$(pgrep -f "backend_stub .*/postprocessing/1/model.py" | head -1)
 echo "engine stub $engine, postprocessing stub $post"
 cpu() {  # per-thread CPU seconds of pid $1: "tid name seconds"
@@ -57,7 +70,13 @@ for target in ${TARGETS//,/ }; do
   py-spy record -p $engine -d $SECS -r 100 --idle --threads -f raw -o $OUT/all-$target.txt > /dev/null 2>&1 &
   p2=$!
   [ $target = ensemble ] && py-spy record -p $post -d $SECS -r 100 -f raw -o $OUT/post-$target.txt > /dev/null 2>&1 &
-  wait $p1 $p2
+  also=()
+  for m in ${ALSO:-}; do
+    pid=$(pgrep -f "backend_stub .*/$m/1/model.py" | head -1)
+    py-spy record -p $pid -d $SECS -r 200 --gil -f raw -o $OUT/gil-$target-$m.txt > /dev/null 2>&1 &
+    also+=($!)
+  done
+  wait $p1 $p2 "${also[@]}"
   cpu $engine > $W/c1
   join <(sort $W/c0) <(sort $W/c1) | awk -v s=$SECS '{printf "%s %-18s %.2f cores\n", $1, $2, ($5 - $3) / s}' |
     sort -k3 -rn | head -24 > $OUT/threads-$target.txt
