@@ -34,7 +34,9 @@ of them), as the C++ backend's leave from its own response thread (model_instanc
 WaitForResponse), not from the executor's step: a Python send is an IPC round trip of 110-150 us, and 128
 streams sending every token synchronously from the engine thread held the step to ~38 ms (docs/perf-gpu.md).
 Unlike the torch engine, nothing is coalesced while a send is backlogged: the backend answers every token
-with a response of its own, and so does the stand-in."""
+with a response of its own, and so does the stand-in. The queue holds at most two steps' responses, then the
+engine thread waits: the C++ backend's sends keep up with any engine, the stand-in's (one Python stub, 6-9k
+responses/s on the H200) do not, and an unbounded queue grew every stream's latency with the backlog."""
 
 from __future__ import annotations
 
@@ -371,8 +373,10 @@ class Standin:
         self.service = EngineService(EngineOptions.from_params(self.backend.standin, resolve), info or None)
         self.engine = self.service.engine
         self.active = CancelRegistry()
-        # The backend's response thread: the adapter's StreamSenders queue their responses here.
-        self.sends = SendQueue(self.service.opts.send_threads)
+        # The backend's response thread: the adapter's StreamSenders queue their responses here, at most
+        # two steps' worth (a response per slot per step) before the engine thread waits for the sends.
+        opts = self.service.opts
+        self.sends = SendQueue(opts.send_threads, max_pending=2 * opts.max_batch_size)
 
     def parse(self, read: Reader) -> BackendRequest:
         opts, model = self.service.opts, self.service.model.cfg

@@ -56,9 +56,15 @@ class SendQueue:
     """Sends decoupled responses on threads of their own, so the engine thread never waits for
     `response_sender.send()`, an IPC round trip to the server (hundreds of microseconds: at 64
     streams it tripled the engine step inside Triton, docs/perf-gpu.md). Each request's responses
-    go through one thread, in order; requests are spread over `threads` threads."""
+    go through one thread, in order; requests are spread over `threads` threads.
 
-    def __init__(self, threads: int):
+    `max_pending` > 0 bounds the responses queued and not yet sent: a caller that would exceed it waits
+    for a send to finish (backpressure for a producer that never coalesces, the stand-in: without it a
+    fast engine queues responses without limit and every stream's latency grows with the backlog).
+    0: unbounded (the torch engine holds tokens back itself while a stream's response waits)."""
+
+    def __init__(self, threads: int, max_pending: int = 0):
+        self._room = threading.Semaphore(max_pending) if max_pending > 0 else None
         self._queues = [queue.SimpleQueue() for _ in range(threads)]
         self._next = itertools.count()
         self._threads = [
@@ -71,10 +77,19 @@ class SendQueue:
     def lane(self) -> queue.SimpleQueue:
         return self._queues[next(self._next) % len(self._queues)]
 
-    @staticmethod
-    def _run(q: queue.SimpleQueue) -> None:
+    def put(self, lane: queue.SimpleQueue, job) -> None:
+        """Queue `job` on `lane`; with max_pending, wait while that many are queued."""
+        if self._room is not None:
+            self._room.acquire()
+        lane.put(job)
+
+    def _run(self, q: queue.SimpleQueue) -> None:
         while (job := q.get()) is not None:
-            job()
+            try:
+                job()
+            finally:
+                if self._room is not None:
+                    self._room.release()
 
     def close(self, timeout_s: float = 10) -> None:
         """Send what is queued, then stop the threads."""
@@ -99,6 +114,7 @@ class StreamSender:
         self.sender = request.get_response_sender()
         self.wanted = set(request.requested_output_names())
         self.request_id = request.request_id() or None  # for the log line of a failed send
+        self._sends = sends
         self._lane = sends.lane() if sends is not None else None
         # Responses handed over (written by the caller's thread only) and sent (by the send thread only).
         self._handed = self._sent = 0
@@ -108,7 +124,7 @@ class StreamSender:
         if self._lane is None:
             return self._send(outputs, final, failure, message)
         self._handed += 1
-        self._lane.put(lambda: self._send_queued(outputs, final, failure, message))
+        self._sends.put(self._lane, lambda: self._send_queued(outputs, final, failure, message))
 
     def _send_queued(self, outputs, final, failure, message) -> None:
         try:

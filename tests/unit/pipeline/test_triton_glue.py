@@ -107,3 +107,43 @@ def test_send_queue_keeps_order_and_reports_backlog_and_failures():
     send(OUTPUTS, False)
     sends.close()
     assert send.is_cancelled()  # the engine frees the request at its next poll
+
+
+def test_a_bounded_send_queue_makes_the_caller_wait_for_room():
+    """max_pending: the producer (the stand-in's engine thread) waits once that many responses are
+    queued and unsent, and goes on as soon as one is sent; nothing is lost or reordered."""
+    import threading
+
+    from llmserve.pipeline.triton_glue import SendQueue
+
+    gate = threading.Event()
+    request = FakeRequest({"output_ids"})
+    real_send = request.get_response_sender().send
+
+    def slow_send(response=None, flags=0):
+        gate.wait(30)
+        real_send(response, flags)
+
+    request.get_response_sender().send = slow_send
+    sends = SendQueue(threads=1, max_pending=2)
+    send = StreamSender(FakePb, request, sends)
+    handed = []
+
+    def produce():
+        for i in range(4):
+            send({"output_ids": np.array([[[i]]], dtype=np.int32)}, i == 3)
+            handed.append(i)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    for _ in range(3000):  # the first two go in at once (however busy the machine is)
+        if len(handed) >= 2:
+            break
+        producer.join(0.01)
+    producer.join(0.3)
+    assert handed == [0, 1]  # the third waits for room: two are queued and none sent
+    gate.set()
+    producer.join(30)
+    sends.close()
+    assert handed == [0, 1, 2, 3]
+    assert [r.output_tensors[0].value.item() for r, _ in request.sent] == [0, 1, 2, 3]
