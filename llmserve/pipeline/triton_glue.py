@@ -119,6 +119,11 @@ class StreamSender:
         # Responses handed over (written by the caller's thread only) and sent (by the send thread only).
         self._handed = self._sent = 0
         self._failed = False
+        # is_cancelled() may run on another thread (the engine's cancellation poller) than the final
+        # send: once the final response is out, Triton frees the request's response factory, which
+        # is_cancelled() would then ask about; the lock orders the two and `_closed` stops the asking.
+        self._final_lock = threading.Lock()
+        self._closed = False
 
     def __call__(self, outputs, final: bool, failure: FinishReason | None = None, message: str | None = None) -> None:
         if self._lane is None:
@@ -143,6 +148,13 @@ class StreamSender:
             self._sent += 1
 
     def _send(self, outputs, final: bool, failure: FinishReason | None, message: str | None) -> None:
+        if final:
+            with self._final_lock:
+                self._closed = True
+                return self._send_now(outputs, final, failure, message)
+        self._send_now(outputs, final, failure, message)
+
+    def _send_now(self, outputs, final: bool, failure: FinishReason | None, message: str | None) -> None:
         pb = self.pb
         flags = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if failure is not None:
@@ -159,10 +171,16 @@ class StreamSender:
 
     def fail(self, error: Exception) -> None:
         """The request is refused before it reaches the engine."""
-        self.sender.send(error_response(self.pb, error), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        with self._final_lock:
+            self._closed = True
+            self.sender.send(error_response(self.pb, error), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def is_cancelled(self) -> bool:
-        return self._failed or self.sender.is_cancelled()
+        """Whether the client is gone; never asked of Triton once the final response went out."""
+        if self._failed:
+            return True
+        with self._final_lock:
+            return not self._closed and self.sender.is_cancelled()
 
 
 def error_response(pb, error: Exception):

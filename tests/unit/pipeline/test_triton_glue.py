@@ -147,3 +147,20 @@ def test_a_bounded_send_queue_makes_the_caller_wait_for_room():
     sends.close()
     assert handed == [0, 1, 2, 3]
     assert [r.output_tensors[0].value.item() for r, _ in request.sent] == [0, 1, 2, 3]
+
+
+def test_is_cancelled_is_never_asked_of_triton_after_the_final_response():
+    """Triton frees a request's response factory once its final response is out; is_cancelled() (asked
+    by the engine's poller thread) must not reach the sender after that."""
+    request = FakeRequest({"output_ids"})
+    asked = []
+    request.get_response_sender().is_cancelled = lambda: asked.append(len(request.sent)) or False
+    send = StreamSender(FakePb, request)
+    send(OUTPUTS, False)
+    assert send.is_cancelled() is False
+    send(OUTPUTS, True)
+    assert send.is_cancelled() is False
+    refused = StreamSender(FakePb, request)
+    refused.fail(ValueError("bad input"))
+    assert refused.is_cancelled() is False
+    assert asked == [1]  # once, between the first response and the final one
