@@ -63,9 +63,9 @@ class Engine:
         is_cancelled() is an IPC round trip per request in the Python backend, so it is asked at most
         this often (the spec's cancellation_check_period_ms, the period TensorRT-LLM's backend polls at).
         A started engine asks on a thread of its own (`_poll_cancelled`), as TensorRT-LLM's backend does
-        (model_instance_state.cc WaitForCancel): asked from the engine thread, 128 round trips of up to
-        ~400 us each on a loaded server stalled every poll's step by tens of milliseconds (docs/perf-gpu.md).
-        An engine driven inline by step() (tests, benchmarks) asks inside the step."""
+        (model_instance_state.cc WaitForCancel), so no step waits for up to one round trip per request;
+        on the H200 the move changed no throughput beyond the spread (docs/perf-gpu.md). An engine driven
+        inline by step() (tests, benchmarks) asks inside the step."""
         self.cancel_poll_s = cancel_poll_s
         self.model = model
         self.stall_s = stall_s

@@ -115,7 +115,7 @@ class StreamSender:
         self.wanted = set(request.requested_output_names())
         self.request_id = request.request_id() or None  # for the log line of a failed send
         self._sends = sends
-        self._lane = sends.lane() if sends is not None else None
+        self._lane = sends.lane() if sends is not None else None  # this request's send thread
         # Responses handed over (written by the caller's thread only) and sent (by the send thread only).
         self._handed = self._sent = 0
         self._failed = False
@@ -126,7 +126,7 @@ class StreamSender:
         self._closed = False
 
     def __call__(self, outputs, final: bool, failure: FinishReason | None = None, message: str | None = None) -> None:
-        if self._lane is None:
+        if self._sends is None:
             return self._send(outputs, final, failure, message)
         self._handed += 1
         self._sends.put(self._lane, lambda: self._send_queued(outputs, final, failure, message))
