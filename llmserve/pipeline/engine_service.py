@@ -10,16 +10,16 @@ import numpy as np
 
 from ..contract import CANCELLED_MESSAGE, TIMEOUT_PREFIX
 from ..engine import guided
-from ..engine.engine import Engine
-from ..engine.loader import load_model
 from ..engine.sequence import Sequence
 from ..errors import RequestError
 from ..finish import FinishReason
 from ..request.guided import GUIDE, Guide
 from ..request.reader import Reader
 from ..request.token_request import EngineRequest, parse_engine_request
-from ..text.tokenizer import load_fast, load_hf_tokenizer
+from ..text.tokenizer import load_fast
 from .cancellation import CancelRegistry
+from .engine_build import build_engine
+from .engine_process import EngineProcess
 from .options import EngineOptions
 from .stream_output import TokenStream
 
@@ -29,38 +29,18 @@ Send = Callable[["dict[str, np.ndarray] | None", bool, "FinishReason | None", "s
 
 class EngineService:
     def __init__(self, opts: EngineOptions, tokenizer_info_path: str | None = None):
-        """Guided decoding sees the vocabulary through xgrammar's tokenizer info: built from the
-        checkpoint's own HF tokenizer (local files only), or, for the stand-in, read from the file the
-        C++ backend reads (xgrammar_tokenizer_info_path, text/xgrammar_info.py)."""
+        """The engine runs on a thread of this process, or with engine_process in a process of its own
+        (pipeline/engine_process.py); either way it is built by engine_build.build_engine, where
+        tokenizer_info_path (the stand-in's xgrammar tokenizer info) is explained."""
         self.opts = opts
-        self.tokenizer = load_fast(opts.checkpoint_dir)
-        self.model = load_model(
-            opts.checkpoint_dir,
-            device=opts.device,
-            dtype=opts.dtype,
-            max_slots=opts.max_batch_size,
-            max_seq_len=opts.max_input_len + opts.max_output_len,
-            cuda_graphs=opts.cuda_graphs,
-            threads=opts.threads,
-            max_input_len=opts.max_input_len,
-        )
-        if tokenizer_info_path:
-            tokenizer_info = guided.tokenizer_info_from_file(tokenizer_info_path, self.model.cfg.vocab_size)
+        if opts.engine_process:
+            self.engine = EngineProcess(opts, tokenizer_info_path)
+            self.cfg, self.grammars = self.engine.cfg, None  # guides are compiled in the engine's process
+            self.tokenizer = load_fast(opts.checkpoint_dir)
         else:
-            tokenizer_info = guided.tokenizer_info_from_hf(
-                load_hf_tokenizer(opts.checkpoint_dir), self.model.cfg.vocab_size, self.model.cfg.eos_token_ids
-            )
-        self.grammars = guided.GrammarCache(tokenizer_info)
-        self.engine = Engine(
-            self.model,
-            self.tokenizer,
-            prefill_token_budget=opts.prefill_token_budget,
-            skip_special_tokens=opts.skip_special_tokens,
-            max_waiting=opts.max_queue_size,
-            request_timeout_s=opts.request_timeout_s,
-            stream_interval_s=opts.stream_interval_ms / 1000,
-            cancel_poll_s=opts.cancellation_check_period_ms / 1000,
-        )
+            built = build_engine(opts, tokenizer_info_path)
+            self.engine, self.cfg, self.grammars = built.engine, built.cfg, built.grammars
+            self.tokenizer = built.engine.tokenizer
         self.engine.start()
         # request id -> marks on its running requests: a `stop` request ends them as upstream's backend
         # does, with a normal final response holding what they have, not with a CANCELLED error.
@@ -69,8 +49,8 @@ class EngineService:
     def parse(self, read: Reader) -> EngineRequest:
         req = parse_engine_request(
             read,
-            vocab_size=self.model.cfg.vocab_size,
-            default_end_ids=self.model.cfg.eos_token_ids,
+            vocab_size=self.cfg.vocab_size,
+            default_end_ids=self.cfg.eos_token_ids,
             max_input_len=self.opts.max_input_len,
             max_output_len=self.opts.max_output_len,
             exclude_default=self.opts.exclude_input_in_output,
@@ -84,6 +64,8 @@ class EngineService:
         """The guide compiled against this engine's vocabulary (cached per type and guide). On the
         request's thread, before it is submitted: a bad guide never takes an engine slot."""
         try:
+            if self.grammars is None:
+                return self.engine.compile(guide.type, guide.guide)
             return self.grammars.compile(guide.type, guide.guide)
         except guided.GuideError as e:
             raise RequestError(GUIDE, str(e)) from None

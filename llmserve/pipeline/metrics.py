@@ -63,5 +63,11 @@ class EngineMetrics:
             self.publish()
 
     def close(self) -> None:
+        """Stop publishing and free the metrics now, in finalize(): what a model still holds when the stub
+        exits is freed after the stub's shared memory is gone, and python_backend's MetricFamily destructor
+        writes to it (a segfault in Metric::Clear in tritonserver's log at every unload, Triton 2.51)."""
         self._stop.set()
         self._thread.join(timeout=5)
+        self.gauges.clear()  # the metrics before their families
+        self.counters.clear()
+        self.families.clear()

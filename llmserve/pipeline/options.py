@@ -110,6 +110,7 @@ class EngineOptions(ModelParams):
     cuda_graphs: bool
     stream_interval_ms: float
     send_threads: int
+    engine_process: bool
     prefill_token_budget: int
     max_batch_size: int
     max_input_len: int
@@ -131,6 +132,7 @@ class EngineOptions(ModelParams):
             cuda_graphs=t.cuda_graphs,
             stream_interval_ms=t.stream_interval_ms,
             send_threads=t.send_threads,
+            engine_process=t.engine_process,
             prefill_token_budget=t.prefill_token_budget,
             max_batch_size=e.max_batch_size,
             max_input_len=e.max_input_len,

@@ -9,7 +9,7 @@ from llmserve.pipeline.options import EngineOptions
 from llmserve.request.token_request import EngineRequest
 
 
-def _service(path) -> EngineService:
+def _service(path, engine_process: bool = False) -> EngineService:
     return EngineService(
         EngineOptions(
             checkpoint_dir=str(path),
@@ -19,6 +19,7 @@ def _service(path) -> EngineService:
             cuda_graphs=False,
             stream_interval_ms=0,
             send_threads=2,
+            engine_process=engine_process,
             prefill_token_budget=2048,
             max_batch_size=2,
             max_input_len=32,
