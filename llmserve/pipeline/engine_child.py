@@ -29,7 +29,7 @@ from ..errors import EngineBusy, EngineUnavailable
 from .engine_build import build_engine
 from .options import EngineOptions
 
-STATE_PERIOD_S = 0.25
+STATE_PERIOD_S = 0.1  # also how stale the stub's counters (metrics) may be
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,9 @@ SHARED_POSITIONS = 4096  # the shared tiny checkpoint's max_position_embeddings 
 EVENT_TIMEOUT_S = 120
 
 
-def reliability_spec(path: Path, *, timeout_s: float, max_batch=MAX_BATCH, queue=QUEUE, max_out=MAX_OUT) -> Path:
+def reliability_spec(
+    path: Path, *, timeout_s: float, max_batch=MAX_BATCH, queue=QUEUE, max_out=MAX_OUT, engine_process=False
+) -> Path:
     spec = yaml.safe_load((ROOT / "specs/tiny.yaml").read_text())
     spec["name"] = path.stem
     if 64 + max_out > SHARED_POSITIONS:  # a random checkpoint of its own, with positions enough
@@ -40,15 +42,19 @@ def reliability_spec(path: Path, *, timeout_s: float, max_batch=MAX_BATCH, queue
         max_output_len=max_out,
         queue={"max_queue_delay_us": 0, "max_queue_size": queue},
     )
+    spec["engine"].setdefault("torch", {})["engine_process"] = engine_process
     spec["serving"] = {"exit_timeout_s": 5, "request_timeout_s": timeout_s}
     path.write_text(yaml.safe_dump(spec))
     return path
 
 
-def reliability_server(tmp_path_factory, name: str, *, timeout_s: float, max_out: int = MAX_OUT):
+def reliability_server(
+    tmp_path_factory, name: str, *, timeout_s: float, max_out: int = MAX_OUT, engine_process: bool = False
+):
     """Start one (the caller's module-scoped fixture stops it)."""
     work = tmp_path_factory.mktemp(name)
-    return start_server(reliability_spec(work / f"{name}.yaml", timeout_s=timeout_s, max_out=max_out), work)
+    path = reliability_spec(work / f"{name}.yaml", timeout_s=timeout_s, max_out=max_out, engine_process=engine_process)
+    return start_server(path, work)
 
 
 CAPACITY_TIMEOUT_S = 600.0
@@ -57,6 +63,16 @@ CAPACITY_TIMEOUT_S = 600.0
 @pytest.fixture(scope="package")
 def capacity_server(tmp_path_factory):
     server = reliability_server(tmp_path_factory, "tiny-capacity", timeout_s=CAPACITY_TIMEOUT_S)
+    yield server
+    stop(server)
+
+
+@pytest.fixture(scope="package")
+def process_capacity_server(tmp_path_factory):
+    """capacity_server with the engine in a process of its own (engine.torch.engine_process)."""
+    server = reliability_server(
+        tmp_path_factory, "tiny-capacity-process", timeout_s=CAPACITY_TIMEOUT_S, engine_process=True
+    )
     yield server
     stop(server)
 

@@ -44,9 +44,11 @@ METRIC_PERIOD_S = 0.5
 TIMEOUT_S = CAPACITY_TIMEOUT_S  # far above any cancellation bound: a slot freed by the timeout cannot pass for a cancel
 
 
-@pytest.fixture
-def cancel_server(capacity_server):
-    return capacity_server
+@pytest.fixture(params=["engine-thread", "engine-process"])
+def cancel_server(request):
+    """Each cancellation path with the engine on the stub's thread and in a process of its own
+    (engine.torch.engine_process: the stub asks is_cancelled() and passes `stop`s on to it)."""
+    return request.getfixturevalue("capacity_server" if request.param == "engine-thread" else "process_capacity_server")
 
 
 def _idle(server):
@@ -165,9 +167,11 @@ def test_http_sse_disconnect_through_the_ensemble_frees_slot(cancel_server, emit
     )
 
 
-def test_http_unary_disconnect_runs_on(cancel_server, emit):
+def test_http_unary_disconnect_runs_on(capacity_server, emit):
     """Documented limit: a non-streaming generate whose client hangs up runs to its end (or to
-    serving.request_timeout_s); it is not counted as cancelled."""
+    serving.request_timeout_s); it is not counted as cancelled. (Triton's HTTP frontend, whichever
+    process the engine runs in: one server only.)"""
+    cancel_server = capacity_server
     _idle(cancel_server)
     c0, f0 = metric(cancel_server, CANCELLED), metric(cancel_server, "llmserve_requests_finished_total")
     tokens = MAX_OUT  # ~5 s on an idle machine, far beyond the client's 0.5 s (400 tokens once finished within it)
