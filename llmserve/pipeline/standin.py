@@ -379,7 +379,7 @@ class Standin:
         self.sends = SendQueue(opts.send_threads, max_pending=2 * opts.max_batch_size)
 
     def parse(self, read: Reader) -> BackendRequest:
-        opts, model = self.service.opts, self.service.model.cfg
+        opts, model = self.service.opts, self.service.cfg
         req = parse_request(
             read,
             decoupled=self.decoupled,

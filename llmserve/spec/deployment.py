@@ -74,9 +74,28 @@ class PythonModel(Strict):
     dynamic_batching: DynamicBatching = DynamicBatching()
 
 
+class PostprocessingBatching(DynamicBatching):
+    max_queue_size: int = Field(default=0, ge=0)
+    """Must stay 0 (unbounded): see Postprocessing."""
+
+
 class Postprocessing(PythonModel):
     # Chunks of one stream may run on different instances: Triton must return them in order.
-    dynamic_batching: DynamicBatching = DynamicBatching(max_queue_delay_us=0, preserve_ordering=True)
+    dynamic_batching: PostprocessingBatching = PostprocessingBatching(max_queue_delay_us=0, preserve_ordering=True)
+
+    @model_validator(mode="after")
+    def _unbounded_queue(self):
+        """Triton 2.51 leaves an ensemble request waiting forever when a step that follows the decoupled
+        engine is refused for a full queue (fixed upstream after 2.51: triton-inference-server/core#466).
+        A fast engine streaming one response per token filled postprocessing's queue of 256 and hung every
+        stream in it (docs/perf-gpu.md); the engine's queue (engine.queue.max_queue_size) bounds the load."""
+        if self.dynamic_batching.max_queue_size:
+            raise ValueError(
+                "dynamic_batching.max_queue_size must be 0 (unbounded) for postprocessing: on Triton 2.51 a "
+                "chunk refused for a full postprocessing queue leaves its stream waiting forever "
+                "(triton-inference-server/core#466); bound the load with engine.queue.max_queue_size"
+            )
+        return self
 
 
 class TorchEngine(Strict):

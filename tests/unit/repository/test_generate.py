@@ -60,3 +60,17 @@ def test_several_postprocessing_instances_keep_stream_order(tmp_path):
     bad.write_text(DEFAULT.read_text() + "postprocessing:\n  dynamic_batching:\n    preserve_ordering: false\n")
     with pytest.raises(SpecError, match="preserve_ordering"):
         load_spec(bad)
+
+
+def test_postprocessing_never_refuses_a_chunk_for_a_full_queue(tmp_path):
+    """Triton 2.51 leaves an ensemble request waiting forever when a step after the decoupled engine is
+    refused for a full queue (core#466): with a bounded postprocessing queue, a tensorrtllm-layout
+    server on the null engine hung 30 of 32 streams at concurrency 32 (docs/perf-gpu.md)."""
+    four = tmp_path / "four.yaml"
+    four.write_text(DEFAULT.read_text() + "postprocessing:\n  instances: 4\n")
+    batching = render.postprocessing(load_spec(four), tmp_path).dynamic_batching
+    assert batching.preserve_ordering and not batching.HasField("default_queue_policy")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEFAULT.read_text() + "postprocessing:\n  dynamic_batching:\n    max_queue_size: 256\n")
+    with pytest.raises(SpecError, match=r"postprocessing.*max_queue_size must be 0"):
+        load_spec(bad)
