@@ -225,6 +225,7 @@ class EngineProcess:
                     self._bye.set()
                     return
         except (EOFError, OSError):
+            self.proc.join(5)  # the pipe closes as the process dies: reap it, so its exit code is known
             code = self.proc.exitcode
             self._dead = (
                 f"the engine process ended (exit code {code})" if code is not None else "the engine pipe closed"

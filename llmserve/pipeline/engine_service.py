@@ -10,6 +10,7 @@ import numpy as np
 
 from ..contract import CANCELLED_MESSAGE, TIMEOUT_PREFIX
 from ..engine import guided
+from ..engine.llama import pick_device
 from ..engine.sequence import Sequence
 from ..errors import RequestError
 from ..finish import FinishReason
@@ -20,11 +21,19 @@ from ..text.tokenizer import load_fast
 from .cancellation import CancelRegistry
 from .engine_build import build_engine
 from .engine_process import EngineProcess
-from .options import EngineOptions
+from .options import EngineOptions, parse_bool
 from .stream_output import TokenStream
 
 # send(outputs or None, final, finish reason when the request failed or None, message or None)
 Send = Callable[["dict[str, np.ndarray] | None", bool, "FinishReason | None", "str | None"], None]
+
+
+def separate_process(opts: EngineOptions) -> bool:
+    """engine.torch.engine_process: "auto" runs the engine in a process of its own when its model runs
+    on a GPU (engine.torch.device cuda, or auto with one visible)."""
+    if opts.engine_process == "auto":
+        return pick_device(opts.device).type == "cuda"
+    return parse_bool(opts.engine_process)
 
 
 class EngineService:
@@ -33,7 +42,7 @@ class EngineService:
         (pipeline/engine_process.py); either way it is built by engine_build.build_engine, where
         tokenizer_info_path (the stand-in's xgrammar tokenizer info) is explained."""
         self.opts = opts
-        if opts.engine_process:
+        if separate_process(opts):
             self.engine = EngineProcess(opts, tokenizer_info_path)
             self.cfg, self.grammars = self.engine.cfg, None  # guides are compiled in the engine's process
             self.tokenizer = load_fast(opts.checkpoint_dir)

@@ -110,7 +110,7 @@ class EngineOptions(ModelParams):
     cuda_graphs: bool
     stream_interval_ms: float
     send_threads: int
-    engine_process: bool
+    engine_process: str  # "auto", "true" or "false" (pipeline/engine_service.separate_process)
     prefill_token_budget: int
     max_batch_size: int
     max_input_len: int
@@ -132,7 +132,7 @@ class EngineOptions(ModelParams):
             cuda_graphs=t.cuda_graphs,
             stream_interval_ms=t.stream_interval_ms,
             send_threads=t.send_threads,
-            engine_process=t.engine_process,
+            engine_process=t.engine_process if isinstance(t.engine_process, str) else str(t.engine_process).lower(),
             prefill_token_budget=t.prefill_token_budget,
             max_batch_size=e.max_batch_size,
             max_input_len=e.max_input_len,

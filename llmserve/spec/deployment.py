@@ -121,11 +121,12 @@ class TorchEngine(Strict):
     0.1 ms, so one thread caps near 7k responses/s); while a stream's response waits for them, its
     next tokens are held back and sent with the following one. The tensorrtllm layout's CI stand-in
     sends with as many, one response per token as the C++ backend does (4 measured best on the H200)."""
-    engine_process: bool = False
+    engine_process: bool | Literal["auto"] = "auto"
     """Run the engine loop in a process of its own (pipeline/engine_process.py) instead of on a thread of
-    the model's stub: the engine then shares no GIL with the threads that build and send the responses,
-    at the cost of one pipe message per engine step. Inside Triton the two compete for one GIL; see
-    docs/perf-gpu.md for what each choice measured."""
+    the model's stub, so it shares no GIL with the threads that build and send the responses, at the
+    cost of one pipe message per engine step. auto: a process of its own when the model runs on a GPU
+    (on the H200 the ensemble went 1.20-1.27x faster with TTFT 0.48-0.78x, docs/perf-gpu.md), the
+    stub's thread on a CPU (where the model's compute, not the GIL, sets the pace)."""
 
 
 class Engine(Strict):

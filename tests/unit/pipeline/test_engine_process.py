@@ -14,10 +14,11 @@ from llmserve.engine.null_model import NULL_STEP_ENV
 from llmserve.engine.sampling import SamplingParams
 from llmserve.errors import EngineUnavailable, RequestError
 from llmserve.finish import FinishReason
+from llmserve.pipeline.engine_service import separate_process
 from llmserve.request.guided import Guide
 from llmserve.request.token_request import EngineRequest
 
-from .test_engine_service import _run, _service
+from .test_engine_service import _options, _run, _service
 
 
 def _request(n: int) -> EngineRequest:
@@ -143,3 +144,8 @@ def test_a_dead_engine_process_fails_its_requests_and_the_server_is_not_ready(do
     assert "engine process ended" in doomed.engine.health()
     with pytest.raises(EngineUnavailable, match="engine process ended"):
         doomed.submit(_request(4), _Client(), lambda: False)
+
+
+def test_auto_puts_the_engine_in_a_process_of_its_own_only_for_a_gpu(tiny_llama):
+    assert not separate_process(_options(tiny_llama, "auto"))  # device cpu
+    assert separate_process(_options(tiny_llama, "true")) and not separate_process(_options(tiny_llama, "false"))

@@ -10,26 +10,28 @@ from llmserve.request.token_request import EngineRequest
 
 
 def _service(path, engine_process: bool = False) -> EngineService:
-    return EngineService(
-        EngineOptions(
-            checkpoint_dir=str(path),
-            device="cpu",
-            dtype="float32",
-            threads=0,
-            cuda_graphs=False,
-            stream_interval_ms=0,
-            send_threads=2,
-            engine_process=engine_process,
-            prefill_token_budget=2048,
-            max_batch_size=2,
-            max_input_len=32,
-            max_output_len=32,
-            exclude_input_in_output=True,
-            skip_special_tokens=True,
-            max_queue_size=8,
-            request_timeout_s=60,
-            cancellation_check_period_ms=100,
-        )
+    return EngineService(_options(path, "true" if engine_process else "false"))
+
+
+def _options(path, engine_process: str) -> EngineOptions:
+    return EngineOptions(
+        checkpoint_dir=str(path),
+        device="cpu",
+        dtype="float32",
+        threads=0,
+        cuda_graphs=False,
+        stream_interval_ms=0,
+        send_threads=2,
+        engine_process=engine_process,
+        prefill_token_budget=2048,
+        max_batch_size=2,
+        max_input_len=32,
+        max_output_len=32,
+        exclude_input_in_output=True,
+        skip_special_tokens=True,
+        max_queue_size=8,
+        request_timeout_s=60,
+        cancellation_check_period_ms=100,
     )
 
 
