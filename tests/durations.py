@@ -36,7 +36,7 @@ LONG = {
         "tests/ha/test_engine_health.py::test_chaos_soak_short", "min", ci=1, full=2, env=("LLMSERVE_CHAOS_MIN",)
     ),
     "fuzz_http_examples": Long(
-        "tests/fuzz/test_fuzz_http.py", "cases", ci=500, full=1000, env=("LLMSERVE_FUZZ_EXAMPLES",)
+        "tests/fuzz/test_fuzz_http.py", "cases", ci=400, full=1000, env=("LLMSERVE_FUZZ_EXAMPLES",)
     ),
     "fuzz_grpc_examples": Long(
         "tests/fuzz/test_fuzz_grpc.py",
