@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -370,7 +370,12 @@ class Standin:
             raise BackendError(f"Tokenizer info file {info} does not exist")
         # The same guided decoding as the torch engine (engine/guided.py), on the tokenizer info the
         # C++ backend reads from the file the build wrote.
-        self.service = EngineService(EngineOptions.from_params(self.backend.standin, resolve), info or None)
+        # The engine on this stub's thread, whatever engine.torch.engine_process says: the bounded send
+        # queue below blocks whoever hands it a response, and with the engine in a process of its own that
+        # is the thread that also reads the engine's answers to new requests, so every new request waited
+        # behind the backlog (TTFT 0.78-2.2 s instead of 0.1 s on the H200, docs/perf-gpu.md).
+        opts = replace(EngineOptions.from_params(self.backend.standin, resolve), engine_process="false")
+        self.service = EngineService(opts, info or None)
         self.engine = self.service.engine
         self.active = CancelRegistry()
         # The backend's response thread: the adapter's StreamSenders queue their responses here, at most
