@@ -12,7 +12,7 @@ import pytest
 from llmserve.client.failover import FailoverClient, GenerationError, Stats
 from llmserve.spec import ROOT, load_spec
 
-from ..conftest import start_server
+from ..conftest import start_server, stop
 
 DEFAULT = ROOT / "specs" / "default.yaml"
 PROMPT = "Write a short poem about the sea."
@@ -31,7 +31,7 @@ def two_smollm2(tmp_path_factory):
         yield servers
     finally:
         for s in servers:
-            s.process.stop()
+            stop(s)  # SIGTERM, then the group killed after STOP_WAIT_S (a client's idle keep-alive held it 60 s)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
