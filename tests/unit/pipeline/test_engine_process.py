@@ -35,9 +35,10 @@ class _Client:
     """send() of one request: what arrived, and an event for the final response."""
 
     def __init__(self):
-        self.got, self.final, self.done = [], None, threading.Event()
+        self.got, self.final, self.done, self.responses = [], None, threading.Event(), 0
 
     def __call__(self, outputs, final, failure=None, message=None):
+        self.responses += 1
         if outputs is not None:
             self.got += outputs["output_ids"].reshape(-1).tolist()
         if final:
@@ -149,3 +150,17 @@ def test_a_dead_engine_process_fails_its_requests_and_the_server_is_not_ready(do
 def test_auto_puts_the_engine_in_a_process_of_its_own_only_for_a_gpu(tiny_llama):
     assert not separate_process(_options(tiny_llama, "auto"))  # device cpu
     assert separate_process(_options(tiny_llama, "true")) and not separate_process(_options(tiny_llama, "false"))
+
+
+def test_a_request_that_is_not_streamed_gets_one_answer_with_every_token(in_process, separate):
+    def answer(service):
+        client = _Client()
+        req = _request(12)
+        req.streaming = False
+        service.submit(req, client, lambda: False)
+        assert client.done.wait(60)
+        return client.got, client.final, client.responses
+
+    assert answer(separate) == answer(in_process)
+    got, final, responses = answer(separate)
+    assert len(got) == 12 and final == (None, None) and responses == 1
