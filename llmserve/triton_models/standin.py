@@ -4,6 +4,7 @@ with llmserve's torch engine underneath. What it mirrors and how: llmserve.pipel
 Decoupled (as the generated C++ config is): execute() only checks and enqueues; the engine thread
 hands every response to the stand-in's send threads (as the backend's response thread sends them)."""
 
+import gc
 import json
 
 import triton_python_backend_utils as pb_utils
@@ -44,3 +45,9 @@ class TritonPythonModel:
     def finalize(self):
         self.metrics.close()
         self.standin.shutdown()
+        # On the H200 (Python 3.12 stubs) this stub segfaulted at every unload in python_backend's
+        # ResponseSender destructor, called by the garbage collector inside Py_FinalizeEx, after the
+        # stub's shared memory is gone. A finished stream and its engine Sequence refer to each other
+        # (StandinStream.seq), so only the collector frees them and their senders: collected here, it runs
+        # while the stub is whole. (Not reproduced on this CPU's 3.12 stub; not yet re-run on the H200.)
+        gc.collect()
