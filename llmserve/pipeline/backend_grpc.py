@@ -96,6 +96,7 @@ class Response:
 
     def __init__(self, msg: service_pb2.ModelStreamInferResponse):
         self._msg = msg
+        self._tensors: list[_Tensor] | None = None
 
     def has_error(self) -> bool:
         return bool(self._msg.error_message)
@@ -107,8 +108,12 @@ class Response:
         return self._msg.error_message
 
     def output_tensors(self) -> list[_Tensor]:
-        result = InferResult(self._msg.infer_response)
-        return [_Tensor(o.name, result) for o in self._msg.infer_response.outputs]
+        # Built once: pb.get_output_tensor_by_name asks for the whole list at every lookup, and the relay
+        # looks up three or four outputs of every backend response (one per token).
+        if self._tensors is None:
+            result = InferResult(self._msg.infer_response)
+            self._tensors = [_Tensor(o.name, result) for o in self._msg.infer_response.outputs]
+        return self._tensors
 
 
 class Backend:
