@@ -14,7 +14,11 @@ fields (generated, logprobs, top_ids, top_lps, gen_logits, emitted, keep, error,
 brought to what the engine's own Sequence held at that call, so callbacks read it as they read a
 Sequence of an engine in the same process. is_cancelled() is asked here, by a poller thread of this
 side, at the engine's period; a client that is gone is told to the child, which frees the request at
-its next step. If the child dies, every request in it ends with an error and health() says so."""
+its next step. If the child dies, every request in it ends with an error and health() says so.
+
+Callbacks run on the one thread that reads the child's messages, the answers to submits included: a
+callback that blocks (a bounded send queue, as the stand-in's) holds every new request back, which is why
+the stand-in keeps its engine on its own thread (pipeline/standin.py)."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ class Postprocessing(PythonModel):
         """Triton 2.51 leaves an ensemble request waiting forever when a step that follows the decoupled
         engine is refused for a full queue (fixed upstream after 2.51: triton-inference-server/core#466).
         A fast engine streaming one response per token filled postprocessing's queue of 256 and hung every
-        stream in it (docs/perf-gpu.md); the engine's queue (engine.queue.max_queue_size) bounds the load."""
+        stream in it (docs/cancellation.md); the engine's queue (engine.queue.max_queue_size) bounds the load."""
         if self.dynamic_batching.max_queue_size:
             raise ValueError(
                 "dynamic_batching.max_queue_size must be 0 (unbounded) for postprocessing: on Triton 2.51 a "

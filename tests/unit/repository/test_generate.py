@@ -65,7 +65,7 @@ def test_several_postprocessing_instances_keep_stream_order(tmp_path):
 def test_postprocessing_never_refuses_a_chunk_for_a_full_queue(tmp_path):
     """Triton 2.51 leaves an ensemble request waiting forever when a step after the decoupled engine is
     refused for a full queue (core#466): with a bounded postprocessing queue, a tensorrtllm-layout
-    server on the null engine hung 30 of 32 streams at concurrency 32 (docs/perf-gpu.md)."""
+    server on the null engine timed out 28 of 32 requests at concurrency 32 (docs/cancellation.md)."""
     four = tmp_path / "four.yaml"
     four.write_text(DEFAULT.read_text() + "postprocessing:\n  instances: 4\n")
     batching = render.postprocessing(load_spec(four), tmp_path).dynamic_batching
