@@ -17,7 +17,8 @@
 # stub's CPU seconds per thread over each point (py-spy names the Python threads).
 # W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
 # ensemble), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
-# tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm).
+# tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES
+# ("base after": the same repositories of the base commit first, so one call compares the two).
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
 # one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
 set -uo pipefail
@@ -78,8 +79,9 @@ HOPS="python3 $H/after/scripts/h200/hops.py --metrics localhost:18002 --output-l
 up() {  # up REPO TAG [VAR=VALUE...]: the variables go to tritonserver and its stubs
   local repo=$1 tag=$2; shift 2
   stamp "tritonserver: $tag $*"
-  (cd $H/after && env LLMSERVE_NULL_STEP_MS=$STEP "$@" /tmp/stub-after/bin/python3 scripts/h200/triton_up.py \
-    $ROOT/$H/after/repos/$repo 18000 18001 18002 $W/triton-$tag.log) || { tail -n 40 $W/triton-$tag.log; return 1; }
+  local tree=${TREE:-after}  # TREE=base: the prepared base commit's code and repositories
+  (cd $H/$tree && env PYTHONPATH=/tmp/site:$ROOT/$H/$tree LLMSERVE_NULL_STEP_MS=$STEP "$@" \
+    /tmp/stub-after/bin/python3 scripts/h200/triton_up.py $ROOT/$H/$tree/repos/$repo 18000 18001 18002 $W/triton-$tag.log) || { tail -n 40 $W/triton-$tag.log; return 1; }
   TPID=$(cat $W/triton-$tag.log.pid)
 }
 down() {
@@ -183,8 +185,9 @@ if [ "${TORCH:-1}" = 1 ] && up model_repository torch $vars; then  # TORCH=0: th
   fi
   down
 fi
+for TREE in ${TRTLLM_TREES:-after}; do  # TRTLLM_TREES="base after": the base commit's tensorrtllm layout too
 for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_repository-trtllm model_repository-trtllm-st4"
-  tag=trtllm${repo#model_repository-trtllm}
+  tag=trtllm${repo#model_repository-trtllm}; [ $TREE = after ] || tag=$TREE-$tag
   if [ "${TRTLLM:-1}" = 1 ] && up $repo $tag; then
     for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do point $tag $t $c; done; done
     for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too
@@ -193,6 +196,8 @@ for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_reposito
     down
   fi
 done
+done
+TREE=after
 
 if [ "${ENGINE:-1}" = 1 ]; then
   stamp "null engine in-process, step $STEP ms"
