@@ -16,7 +16,7 @@
 # one the OpenAI points use); OPENAI=0, TRTLLM=0, ENGINE=0 skip those parts; PROBE=1 prints the engine
 # stub's CPU seconds per thread over each point (py-spy names the Python threads).
 # W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
-# ensemble), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
+# ensemble; tensorrt_llm_cpp reads the stand-in itself, token-level, from CLIENTS processes), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
 # tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES
 # ("base after": the same repositories of the base commit first, so one call compares the two).
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
@@ -113,6 +113,31 @@ point() {  # point TAG TARGET CONC: one bench process (PROBE=1: and the engine s
     join <(sort $W/t0) <(sort $W/t1) | awk '{printf "  %s %-20s %.2f\n", $1, $2, $5 - $3}' | sort -k3 -rn | head -8
   fi
 }
+backend_point() {  # backend_point TAG C: tensorrt_llm_cpp (the stand-in) read token-level directly, one response
+  # per token, from CLIENTS bench processes (one client process would be the limit); tok/s summed
+  local tag=$1 c=$2 each=$(( $2 / CLIENTS ))
+  local cmd="for i in \$(seq $CLIENTS); do $BENCH --url localhost:18001 --targets tensorrt_llm --token-model tensorrt_llm_cpp"
+  cmd="$cmd --concurrency $each --out $W/b-$tag-cpp-$c-\$i > $W/log-$tag-cpp-$c-\$i 2>&1 & done; wait"
+  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top tensorrt_llm_cpp --label "$tag tensorrt_llm_cpp c=$c" \
+    --out $W/p-$tag-cpp-$c.json -- bash -c "$cmd" > $W/log-$tag-cpp-$c 2>&1
+  python3 - $W $tag $c $CLIENTS <<'PY'
+import json, sys
+from pathlib import Path
+w, tag, c, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+runs = [json.loads(f.read_text())["runs"][0]["summary"] for i in range(1, n + 1)
+        if (f := w / f"b-{tag}-cpp-{c}-{i}" / "results.json").exists()]
+p = json.loads((w / f"p-{tag}-cpp-{c}.json").read_text())
+p["bench"] = [{"target": "tensorrt_llm_cpp", "load": int(c), "clients": len(runs),
+               "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
+               "ttft_p50_ms": max((r["ttft_ms"]["p50"] or 0 for r in runs), default=None),
+               "errors": sum(r["errors"] for r in runs)}]
+(w / f"p-{tag}-cpp-{c}.json").write_text(json.dumps(p, indent=1))
+b = p["bench"][0]
+cores = ", ".join(f"{k} {v['cores']:.2f} ({v['us_per_token']} us/tok)" for k, v in p["cpu"].items() if v["cores"] > 0.02)
+print(f"HOPS {p['label']}: {b['tok_s']} tok/s ttft50 {b['ttft_p50_ms']} err {b['errors']} ({len(runs)} clients);"
+      f" server {p['server_tok_per_s']} tok/s; cores: {cores}")
+PY
+}
 openai_point() {  # openai_point TAG C FRONTEND_PID: CLIENTS bench processes of C/CLIENTS streams each
   local tag=$1 c=$2 fpid=$3 each=$(( $2 / CLIENTS ))
   local targets="--targets openai"  # INTERLEAVE=1: each stream alternates ensemble and openai (paired TTFT)
@@ -189,7 +214,9 @@ for TREE in ${TRTLLM_TREES:-after}; do  # TRTLLM_TREES="base after": the base co
 for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_repository-trtllm model_repository-trtllm-st4"
   tag=trtllm${repo#model_repository-trtllm}; [ $TREE = after ] || tag=$TREE-$tag
   if [ "${TRTLLM:-1}" = 1 ] && up $repo $tag; then
-    for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do point $tag $t $c; done; done
+    for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do
+      if [ $t = tensorrt_llm_cpp ]; then backend_point $tag $c; else point $tag $t $c; fi
+    done; done
     for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too
       openai_variant $tag-w$n $FRONTEND --workers $n  # bench-1b.yaml: the model name the bench asks for
     done
