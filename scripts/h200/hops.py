@@ -1,6 +1,7 @@
 """Run a load command and report what each hop of the server did meanwhile (issue 17's ceiling run):
 CPU seconds of tritonserver, of each Python model's stubs and of other processes (the OpenAI frontend),
-and the Triton request counts per model, as rates and as CPU per streamed token.
+and the Triton request counts per model, as rates and as CPU per streamed token, and each model's mean queue
+time per request (Triton's nv_inference_queue_duration_us).
 
     python3 scripts/h200/hops.py --triton-pid PID --metrics localhost:18002 --top ensemble --output-len 128 \
         --label NAME --out point.json [--pid frontend=PID ...] -- python3 tools/bench.py ... --out DIR
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count)\{model="([^"]+)",version="[^"]*"\} (\S+)')
+METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)')
 
 
 def cpu_of(p: psutil.Process) -> float:
@@ -103,6 +104,12 @@ def main() -> int:
         "execs_per_s": {
             k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items() if k.startswith("exec_count:") and v
         },
+        # Triton's cumulative queue time over its successful requests: where a step's requests wait.
+        "queue_ms_per_call": {
+            k.split(":", 1)[1]: round(v / 1000 / dm[f"request_success:{k.split(':', 1)[1]}"], 2)
+            for k, v in dm.items()
+            if k.startswith("queue_duration_us:") and dm.get(f"request_success:{k.split(':', 1)[1]}")
+        },
     }
     if a.bench_out and (Path(a.bench_out) / "results.json").exists():
         runs = json.loads((Path(a.bench_out) / "results.json").read_text())["runs"]
@@ -124,7 +131,8 @@ def main() -> int:
     )
     print(
         f"HOPS {a.label}: bench {b.get('tok_s')} tok/s ttft50 {b.get('ttft_p50_ms')} err {b.get('errors')}; "
-        f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; cores: {cores}",
+        f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; "
+        f"queue ms/call {point['queue_ms_per_call']}; cores: {cores}",
         flush=True,
     )
     return rc
