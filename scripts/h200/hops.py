@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)')
+METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us|nv_inference_compute_infer_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)')
 
 
 def cpu_of(p: psutil.Process) -> float:
@@ -110,6 +110,12 @@ def main() -> int:
             for k, v in dm.items()
             if k.startswith("queue_duration_us:") and dm.get(f"request_success:{k.split(':', 1)[1]}")
         },
+        # ...and the time its model spent executing them (a busy step: long compute, not a long queue).
+        "compute_ms_per_call": {
+            k.split(":", 1)[1]: round(v / 1000 / dm[f"request_success:{k.split(':', 1)[1]}"], 2)
+            for k, v in dm.items()
+            if k.startswith("compute_infer_duration_us:") and dm.get(f"request_success:{k.split(':', 1)[1]}")
+        },
     }
     if a.bench_out and (Path(a.bench_out) / "results.json").exists():
         runs = json.loads((Path(a.bench_out) / "results.json").read_text())["runs"]
@@ -132,7 +138,7 @@ def main() -> int:
     print(
         f"HOPS {a.label}: bench {b.get('tok_s')} tok/s ttft50 {b.get('ttft_p50_ms')} err {b.get('errors')}; "
         f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; "
-        f"queue ms/call {point['queue_ms_per_call']}; cores: {cores}",
+        f"queue ms/call {point['queue_ms_per_call']}; compute ms/call {point['compute_ms_per_call']}; cores: {cores}",
         flush=True,
     )
     return rc
