@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us|nv_inference_compute_infer_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)')
+METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us|nv_inference_compute_(?:input|infer|output)_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)')
 
 
 def cpu_of(p: psutil.Process) -> float:
@@ -61,6 +61,20 @@ def metrics(url: str) -> dict[str, float]:
         m = METRIC.match(line)
         if m:
             out[f"{m.group(1).removeprefix('nv_inference_')}:{m.group(2)}"] = float(m.group(3))
+    return out
+
+
+DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def per_call(dm: dict[str, float], metric: str) -> dict[str, float]:
+    """model -> the metric's growth over the point, in ms per successful request."""
+    out = {}
+    for key, value in dm.items():
+        name, _, model = key.partition(":")
+        calls = dm.get(f"request_success:{model}")
+        if name == metric and calls:
+            out[model] = round(value / 1000 / calls, 2)
     return out
 
 
@@ -104,18 +118,9 @@ def main() -> int:
         "execs_per_s": {
             k.split(":", 1)[1]: round(v / wall, 1) for k, v in dm.items() if k.startswith("exec_count:") and v
         },
-        # Triton's cumulative queue time over its successful requests: where a step's requests wait.
-        "queue_ms_per_call": {
-            k.split(":", 1)[1]: round(v / 1000 / dm[f"request_success:{k.split(':', 1)[1]}"], 2)
-            for k, v in dm.items()
-            if k.startswith("queue_duration_us:") and dm.get(f"request_success:{k.split(':', 1)[1]}")
-        },
-        # ...and the time its model spent executing them (a busy step: long compute, not a long queue).
-        "compute_ms_per_call": {
-            k.split(":", 1)[1]: round(v / 1000 / dm[f"request_success:{k.split(':', 1)[1]}"], 2)
-            for k, v in dm.items()
-            if k.startswith("compute_infer_duration_us:") and dm.get(f"request_success:{k.split(':', 1)[1]}")
-        },
+        # Triton's cumulative durations over each model's successful requests: where a step's requests
+        # wait (queue) and what its executes spend (copying inputs, running, copying outputs).
+        **{f"{part}_ms_per_call": per_call(dm, f"{part}_duration_us") for part in DURATIONS},
     }
     if a.bench_out and (Path(a.bench_out) / "results.json").exists():
         runs = json.loads((Path(a.bench_out) / "results.json").read_text())["runs"]
@@ -138,7 +143,8 @@ def main() -> int:
     print(
         f"HOPS {a.label}: bench {b.get('tok_s')} tok/s ttft50 {b.get('ttft_p50_ms')} err {b.get('errors')}; "
         f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; "
-        f"queue ms/call {point['queue_ms_per_call']}; compute ms/call {point['compute_ms_per_call']}; cores: {cores}",
+        f"queue ms/call {point['queue_ms_per_call']}; in/infer/out ms/call {point['compute_input_ms_per_call']} "
+        f"{point['compute_infer_ms_per_call']} {point['compute_output_ms_per_call']}; cores: {cores}",
         flush=True,
     )
     return rc
