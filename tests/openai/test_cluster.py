@@ -115,7 +115,7 @@ def test_rolling_restart_under_openai_load(cluster, emit):
     loaded that long: docs/cancellation.md section 4)."""
     for r in cluster.replicas:  # the previous test's kill (no supervisor runs here): back and UP first
         if not r.alive():
-            r.start()
+            r.restart()  # until ready, starting again after a transient start-up abort (a starved machine)
         r.wait_ready(600)
         cluster.api.wait_status(r.name, "UP", 600)
     logs = {r.name: r.kw["log_path"] for r in cluster.replicas}
