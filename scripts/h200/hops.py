@@ -24,7 +24,9 @@ from pathlib import Path
 
 import psutil
 
-METRIC = re.compile(r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us|nv_inference_compute_(?:input|infer|output)_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)')
+METRIC = re.compile(
+    r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us|nv_inference_compute_(?:input|infer|output)_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)'
+)
 
 
 def cpu_of(p: psutil.Process) -> float:
