@@ -32,16 +32,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from ..contract import ENSEMBLE
-from .retry import Attempts, Backoff, GenerationError, Picker, Server, Stats, grpc_error, in_band_error
-from .wire import STOP_SUPPORTED, Piece, ensemble_request, is_final, read_piece, stop_request
+from ..contract import ENGINE, ENSEMBLE
+from ..text.stream_text import StreamText
+from .retry import Attempts, Backoff, GenerationError, Picker, Server, Stats, TokenAttempts, grpc_error, in_band_error
+from .wire import (
+    STOP_SUPPORTED,
+    Piece,
+    ensemble_request,
+    is_final,
+    read_piece,
+    read_tokens,
+    stop_request,
+    token_request,
+)
 
 __all__ = ["EnsembleClient", "GenerationError", "Piece", "Stats"]
 
@@ -81,6 +92,23 @@ async def end_stream(call, timeout_s: float) -> None:
             pass
     except (grpc.RpcError, asyncio.TimeoutError):
         call.cancel()
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one kind of request travels: `encode(body, request_id, ensemble model name)` makes its
+    ModelInferRequest, `read(response)` the Piece of a streamed response (None: none), `stop_model`
+    takes the stop by id of a request given up, and `stopped()` true after a piece means the caller
+    has all it wants (a stop string matched): the engine's request is stopped by its id and its stream
+    read to the end in the background."""
+
+    encode: Callable
+    read: Callable
+    stop_model: str
+    stopped: Callable[[], bool]
+
+
+ENSEMBLE_ROUTE = Route(lambda body, rid, model: ensemble_request(body, rid, model), read_piece, ENGINE, lambda: False)
 
 
 class Endpoint(Server):
@@ -174,13 +202,17 @@ class EnsembleClient:
         task.add_done_callback(self._background.discard)
 
     # --- one attempt on one server ----------------------------------------------------------------
-    async def _attempt(self, ep: Endpoint, body: dict, request_id: str, stats: Stats) -> AsyncIterator[Piece]:
+    async def _attempt(
+        self, ep: Endpoint, body: dict, request_id: str, stats: Stats, route: Route = ENSEMBLE_ROUTE
+    ) -> AsyncIterator[Piece]:
+        """Send `body` the `route`'s way and yield the Piece of each streamed response that has one."""
         call = ep.stub.ModelStreamInfer()
         finished = False
+        stop_model, read, stopped = route.stop_model, route.read, route.stopped
         ep.inflight += 1
         try:
             try:
-                await call.write(ensemble_request(body, request_id, self.model))
+                await call.write(route.encode(body, request_id, self.model))
                 if stats.dispatched_at is None:
                     stats.dispatched_at = time.monotonic()
                 while True:
@@ -189,12 +221,16 @@ class EnsembleClient:
                         raise GenerationError("stream ended before the final response", retryable=True)
                     if msg.error_message:
                         raise in_band_error(msg.error_message)
-                    piece = read_piece(msg.infer_response)
+                    piece = read(msg.infer_response)
                     if piece is not None:
                         yield piece
                     if is_final(msg.infer_response):
                         finished = True
                         await end_stream(call, self.idle_timeout_s)
+                        return
+                    if stopped():
+                        finished = True
+                        self._spawn(self._stop_and_end(ep, call, request_id, stop_model))
                         return
             except asyncio.TimeoutError:
                 raise GenerationError(f"no response for {self.idle_timeout_s:g} s", retryable=True) from None
@@ -209,12 +245,18 @@ class EnsembleClient:
             if not finished:
                 call.cancel()
                 if STOP_SUPPORTED:  # also before the first token: the request may wait in the engine's queue
-                    self._spawn(self._stop(ep, request_id))
+                    self._spawn(self._stop(ep, request_id, stop_model))
 
-    async def _stop(self, ep: Endpoint, request_id: str) -> None:
+    async def _stop_and_end(self, ep: Endpoint, call, request_id: str, model: str) -> None:
+        """A generation the caller is done with: stopped by its id (the engine answers with its final
+        response), then its stream ended the way every stream here ends (end_stream, never a cancel)."""
+        await self._stop(ep, request_id, model)
+        await end_stream(call, STOP_ANSWER_S)
+
+    async def _stop(self, ep: Endpoint, request_id: str, model: str = ENGINE) -> None:
         call = ep.stub.ModelStreamInfer()
         try:
-            await call.write(stop_request(request_id))
+            await call.write(stop_request(request_id, model))
             while True:  # one (empty) final response; errors are no concern of the caller's
                 msg = await asyncio.wait_for(call.read(), STOP_ANSWER_S)
                 if msg is grpc.aio.EOF:
@@ -229,12 +271,40 @@ class EnsembleClient:
         """Stream `request` (ensemble inputs; text_input already rendered, apply_chat_template false),
         retrying and resuming on other servers; raises GenerationError (GaveUp) when it cannot."""
         a = Attempts(request, self.backoff, stats, len(self.endpoints), lambda: request["text_input"])
+        async for piece in self._across(a, request_id, stats, ENSEMBLE_ROUTE):
+            yield piece
+
+    async def generate_tokens(
+        self, request: dict, request_id: str, stats: Stats, text: StreamText, model: str
+    ) -> AsyncIterator[Piece]:
+        """Stream a token-level `request` (inputs of `model`, the token-level model: input_ids,
+        request_output_len, streaming, ...), its text made and stop strings matched by `text`;
+        retried and resumed like `generate`, a resume continuing from the tokens themselves."""
+        a = TokenAttempts(request, self.backoff, stats, len(self.endpoints), text.generated)
+
+        def read(resp) -> Piece | None:
+            got = read_tokens(resp)
+            parts = [text.push(*got) if got is not None else None]
+            if is_final(resp):
+                parts.append(text.finish())
+            parts = [p for p in parts if p is not None]
+            if not parts:
+                return None
+            ids = [t for p in parts for t in p.ids]
+            lps = None if parts[0].logprobs is None else [x for p in parts for x in p.logprobs]
+            return Piece("".join(p.text for p in parts), len(ids), ids, lps)
+
+        route = Route(lambda body, rid, _: token_request(body, rid, model), read, model, lambda: text.stopped)
+        async for piece in self._across(a, request_id, stats, route):
+            yield piece
+
+    async def _across(self, a: Attempts, request_id: str, stats: Stats, route: Route) -> AsyncIterator[Piece]:
         while True:
-            body = a.body()
             ep = self.picker.pick(self.endpoints, a.tried)
             a.begin(ep.url)
             try:
-                async with aclosing(self._attempt(ep, body, f"{request_id}-{stats.attempts}", stats)) as pieces:
+                body, rid = a.body(), f"{request_id}-{stats.attempts}"
+                async with aclosing(self._attempt(ep, body, rid, stats, route)) as pieces:
                     async for piece in pieces:
                         a.received(piece.text, piece.tokens)
                         yield piece

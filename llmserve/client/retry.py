@@ -216,6 +216,13 @@ class Attempts:
             self._base = self._prompt_seen()
         return resume_request(self.request, self._base, self.text, self.stats.tokens)
 
+    def generated(self) -> int:
+        """Tokens the engine has produced for this request so far (a resume continues after them)."""
+        return self.stats.tokens
+
+    def budget(self) -> int:
+        return self.request["max_tokens"]
+
     def begin(self, url: str) -> None:
         self.stats.attempts += 1
         self.stats.endpoints.append(url)
@@ -236,9 +243,9 @@ class Attempts:
         self.tried.add(url)
         if len(self.tried) >= self.servers:
             self.tried.clear()  # every server failed once: any may be back
-        if self.stats.tokens and self.stats.tokens >= self.request["max_tokens"]:
+        if self.generated() and self.generated() >= self.budget():
             return None
-        if self.stats.tokens:
+        if self.generated():
             self.stats.resumes += 1
         else:
             self.stats.retries += 1
@@ -250,6 +257,32 @@ class Attempts:
             "attempt %d failed (%s); %s",
             self.stats.attempts,
             why,
-            f"resuming after {self.stats.tokens} tokens" if self.stats.tokens else "retrying",
+            f"resuming after {self.generated()} tokens" if self.generated() else "retrying",
         )
         return self.backoff.delay(self.failures)
+
+
+class TokenAttempts(Attempts):
+    """Attempts of a token-level request (input_ids, request_output_len: the OpenAI frontend's path
+    to the engine model itself). A resume continues from the tokens themselves, `generated` (every
+    token the engine sent, also those held back from the caller), so it is exact whatever the text."""
+
+    def __init__(self, request: dict, backoff: Backoff, stats: Stats, servers: int, generated: list[int]):
+        super().__init__(request, backoff, stats, servers, lambda: "")
+        self.tokens_so_far = generated  # the caller's list, appended to as tokens arrive
+
+    def generated(self) -> int:
+        return len(self.tokens_so_far)
+
+    def budget(self) -> int:
+        return self.request["request_output_len"]
+
+    def body(self) -> dict:
+        n = len(self.tokens_so_far)
+        if not n:
+            return self.request
+        ids = list(self.request["input_ids"]) + self.tokens_so_far
+        body = {**self.request, "input_ids": ids, "input_lengths": len(ids), "request_output_len": self.budget() - n}
+        if "min_tokens" in self.request:
+            body["min_tokens"] = max(0, self.request["min_tokens"] - n)
+        return body

@@ -48,6 +48,8 @@ def tensors(body: dict, types: dict = ENSEMBLE_TYPES) -> Iterator[tuple[str, np.
         if t.dtype == "STRING":
             values = value if isinstance(value, list) else [value]
             yield name, np.array([[v.encode("utf-8") for v in values]], dtype=np.object_), "BYTES"
+        elif isinstance(value, list):  # token ids (input_ids): one row
+            yield name, np.array([value], dtype=t.np_dtype), t.dtype
         else:
             yield name, np.array([[value]], dtype=t.np_dtype), t.dtype
 
@@ -81,12 +83,48 @@ def ensemble_request(body: dict, request_id: str, model: str = ENSEMBLE) -> serv
     return _request(model, request_id, body, ENSEMBLE_TYPES)
 
 
+def token_request(body: dict, request_id: str, model: str = ENGINE) -> service_pb2.ModelInferRequest:
+    """One ModelStreamInfer request for the token-level model (tensorrt_llm, or the C++ backend's
+    model behind the relay): `body` maps its input names to values, input_ids a list of ids. It asks
+    for the outputs read_tokens reads and no others (the log-probs only with return_log_probs)."""
+    req = _request(model, request_id, body, _ENGINE_TYPES)
+    for name in TOKEN_OUTPUTS if body.get("return_log_probs") else TOKEN_OUTPUTS[:2]:
+        req.outputs.add().name = name
+    return req
+
+
+def read_tokens(resp: service_pb2.ModelInferResponse) -> tuple[list[int], list[float] | None] | None:
+    """Beam 0's new tokens of one streamed token-level response and their log-probabilities (where
+    sent), read from the raw bytes; None for a response without output_ids (the empty final one).
+    output_ids is [1, beams, n] with sequence_length [1, beams] of it valid, as TensorRT-LLM sends."""
+    raw = {o.name: resp.raw_output_contents[i] for i, o in enumerate(resp.outputs)} if resp.raw_output_contents else {}
+    ids = raw.get("output_ids")
+    if ids is None:
+        if any(o.name == "output_ids" for o in resp.outputs):
+            r = InferResult(resp)  # contents in the typed fields instead: the general path
+            arr, n = r.as_numpy("output_ids"), r.as_numpy("sequence_length")
+            lp = r.as_numpy("output_log_probs")
+            k = int(n.reshape(-1)[0]) if n is not None else arr.shape[-1]
+            return arr.reshape(-1)[:k].tolist(), (lp.reshape(-1)[:k].tolist() if lp is not None else None)
+        return None
+    seq = raw.get("sequence_length")
+    tokens = np.frombuffer(ids, dtype="<i4")
+    width = next(o.shape[-1] for o in resp.outputs if o.name == "output_ids")  # beam 0: the first row
+    n = int(np.frombuffer(seq, dtype="<i4")[0]) if seq else width
+    lp = raw.get("output_log_probs")
+    return (
+        tokens[: min(n, width)].tolist(),
+        np.frombuffer(lp, dtype="<f4")[: min(n, width)].tolist() if lp is not None else None,
+    )
+
+
 def stop_request(request_id: str, model: str = ENGINE) -> service_pb2.ModelInferRequest:
     """TensorRT-LLM's stop-by-id, sent to the token-level model: the engine cancels the request with
     this id (Triton 2.51's ensemble cancellation does not reach a running step)."""
     return _request(model, request_id, STOP_INPUTS, _ENGINE_TYPES)
 
 
+TOKEN_OUTPUTS = ("output_ids", "sequence_length", "output_log_probs")
 TOP_IDS, TOP_LOG_PROBS = "top_token_ids", "top_log_probs"
 """The ensemble's alternatives per token (when the request asks for them: num_top_log_probs)."""
 

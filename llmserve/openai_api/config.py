@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..contract import BACKEND, ENGINE
 from ..spec import Spec, resolve
 from .auth import load_keys
 from .prompts import Limits
@@ -28,4 +29,13 @@ def settings_from_spec(spec: Spec, endpoints: list[str], drained_file: str | Non
         max_attempts=o.max_attempts,
         health_interval_s=o.health_interval_s,
         drained_file=drained_file,
+        token_model=token_model(spec),
+        skip_special_tokens=spec.tokenizer.skip_special_tokens,
     )
+
+
+def token_model(spec: Spec) -> str | None:
+    """The model the frontend streams tokens from (openai.token_level), or None: through the ensemble."""
+    if not (spec.openai.token_level and spec.serving.streaming):
+        return None
+    return BACKEND if spec.engine.kind == "tensorrtllm" else ENGINE

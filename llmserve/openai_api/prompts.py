@@ -33,6 +33,8 @@ class Prompt:
     max_tokens: int
     min_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    """`text` tokenized as preprocessing tokenizes it: what the token-level path sends as input_ids."""
 
 
 class PromptBuilder:
@@ -61,8 +63,11 @@ class PromptBuilder:
         except TemplateError as e:  # a template may refuse an order of roles (its raise_exception)
             raise bad_request("messages", f"the model's chat template refused these messages: {e}") from None
 
+    def encode(self, text: str) -> list[int]:
+        return self._encoder.encode(text, add_special_tokens=self.add_special_tokens).ids
+
     def count(self, text: str) -> int:
-        return len(self._encoder.encode(text, add_special_tokens=self.add_special_tokens).ids)
+        return len(self.encode(text))
 
     def build(self, req: ChatCompletionRequest | CompletionRequest, reply: Reply | None = None) -> list[Prompt]:
         """One Prompt per prompt of the request (a chat has one; /v1/completions takes a list)."""
@@ -84,7 +89,8 @@ class PromptBuilder:
                 f"The prompt is {size} bytes, longer than any prompt of at most {lim.max_input_len} tokens.",
                 code="context_length_exceeded",
             )
-        n = self.count(text)
+        ids = self.encode(text)
+        n = len(ids)
         if n > lim.max_input_len:
             raise bad_request(
                 where,
@@ -98,4 +104,4 @@ class PromptBuilder:
         min_tokens = max_tokens if req.ignore_eos else req.min_tokens
         if min_tokens is not None and min_tokens > max_tokens:
             raise bad_request("min_tokens", f"'min_tokens' ({min_tokens}) must not exceed {name} ({max_tokens})")
-        return Prompt(text=text, tokens=n, max_tokens=max_tokens, min_tokens=min_tokens, stop=req.stop_words())
+        return Prompt(text=text, tokens=n, max_tokens=max_tokens, min_tokens=min_tokens, stop=req.stop_words(), ids=ids)

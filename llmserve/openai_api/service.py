@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from ..client.aio import EnsembleClient, GenerationError, Piece, Stats
 from ..client.wire import ENSEMBLE_TYPES
-from ..contract import STOP_MATCH_TEXT, STOP_WORDS_MATCH
+from ..contract import ENSEMBLE_TO_ENGINE, STOP_MATCH_TEXT, STOP_WORDS_MATCH
 from ..spec.deployment import Serving
 from ..spec.openai import OpenAIFrontend
+from ..text.stream_text import StreamText
 from .errors import APIError, from_client_error, unsupported
 from .metrics import Metrics
 from .prompts import Limits, Prompt, PromptBuilder
@@ -39,6 +40,17 @@ _SPEC = OpenAIFrontend()
 # hop to a thread and back costs more than that once the loop is busy, since the thread waits for the
 # GIL behind it (up to the 5 ms switch interval per handover), and that wait was time to first token.
 INLINE_BUILD_BYTES = 16 * 1024
+# The sampling inputs a request may set, by their ensemble names (contract.ENSEMBLE_TO_ENGINE: the engine's).
+SAMPLING = (
+    "min_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
 GUIDE_TYPE, GUIDE, TOP_LOG_PROBS = "guided_decoding_guide_type", "guided_decoding_guide", "num_top_log_probs"
 
 
@@ -57,6 +69,11 @@ class Settings:
     idle_timeout_s: float = _SPEC.idle_timeout(Serving().request_timeout_s)
     max_attempts: int = _SPEC.max_attempts
     health_interval_s: float = _SPEC.health_interval_s
+    token_model: str | None = None
+    """The token-level model this frontend streams from itself (tensorrt_llm, or on the tensorrtllm
+    layout the C++ backend's model behind the relay): the prompt's tokens go to it, and the text is
+    decoded and stop strings matched here. None: every request goes through the ensemble."""
+    skip_special_tokens: bool = True
     drained_file: str | None = None
     """Endpoints listed there (one per line) get no new requests: a rolling restart is about to stop
     them (client/aio.py)."""
@@ -102,8 +119,7 @@ class Run:
         outcome: str | None = "abort"  # unless it ends normally or with an error
         last = None
         try:
-            body = s.ensemble_body(self.req, self.prompt, choice=self.choice, guide=self.guide)
-            async with aclosing(s.client.generate(body, self.id, self.trace)) as gen:
+            async with aclosing(s.stream(self.req, self.prompt, self.id, self.trace, self.choice, self.guide)) as gen:
                 async for p in gen:
                     now = time.monotonic()
                     if p.tokens:
@@ -181,6 +197,9 @@ class Service:
             drained_file=settings.drained_file,
         )
         self.token_text = TokenText(self.builder.tok)
+        tok = self.builder.tok  # end and pad tokens as preprocessing picks them
+        self.end_id = tok.eos_token_id
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.end_id
         lim = settings.limits
         self.metrics = Metrics(settings.model, lim.max_input_len + lim.max_output_len)
 
@@ -226,6 +245,40 @@ class Service:
             name = "top_logprobs" if isinstance(req, ChatCompletionRequest) else "logprobs"
             raise unsupported(name, "this engine returns only the chosen token's log-probability (use 0)")
 
+    def token_level(self, req, guide: Guide | None) -> bool:
+        """Whether a request goes to the token-level model itself: everything but guided decoding and
+        top log-probs, which the ensemble's engine step adds (the relay computes top log-probs)."""
+        return self.settings.token_model is not None and guide is None and not req.top_k_logprobs
+
+    def stream(
+        self, req, prompt: Prompt, request_id: str, trace: Stats, choice: int, guide: Guide | None
+    ) -> AsyncIterator[Piece]:
+        """One generation's pieces, from the token-level model or through the ensemble."""
+        if self.token_level(req, guide):
+            text = StreamText(self.builder.tok.backend_tokenizer, prompt.stop, self.settings.skip_special_tokens)
+            body = self.token_body(req, prompt, choice=choice)
+            return self.client.generate_tokens(body, request_id, trace, text, self.settings.token_model)
+        return self.client.generate(self.ensemble_body(req, prompt, choice=choice, guide=guide), request_id, trace)
+
+    def token_body(self, req, prompt: Prompt, *, choice: int = 0) -> dict:
+        """The token-level request of one generation: the prompt's ids, the same sampling as the
+        ensemble's request (under the engine's names), streamed, the prompt not echoed."""
+        ens = self.ensemble_body(req, prompt, choice=choice)
+        body = {
+            "input_ids": prompt.ids,
+            "input_lengths": len(prompt.ids),
+            "request_output_len": prompt.max_tokens,
+            "end_id": self.end_id,
+            "pad_id": self.pad_id,
+            "streaming": True,
+            "exclude_input_in_output": True,
+            "return_log_probs": ens["return_log_probs"],
+        }
+        for name in SAMPLING:
+            if name in ens:
+                body[ENSEMBLE_TO_ENGINE.get(name, name)] = ens[name]
+        return body
+
     @staticmethod
     def ensemble_body(
         req: ChatCompletionRequest | CompletionRequest, prompt: Prompt, *, choice: int = 0, guide: Guide | None = None
@@ -245,15 +298,7 @@ class Service:
             body[STOP_WORDS_MATCH] = STOP_MATCH_TEXT
         if prompt.min_tokens:
             body["min_tokens"] = prompt.min_tokens
-        for name in (
-            "temperature",
-            "top_p",
-            "top_k",
-            "seed",
-            "presence_penalty",
-            "frequency_penalty",
-            "repetition_penalty",
-        ):
+        for name in SAMPLING[1:]:  # (min_tokens: set above)
             value = getattr(req, name)
             if value is not None and not (name == "top_k" and value == -1):  # vLLM's -1: no top-k
                 body[name] = value

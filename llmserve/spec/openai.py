@@ -40,6 +40,11 @@ class OpenAIFrontend(Strict):
     """Sends of one request (first try + retries + resumes) before it fails with 503."""
     health_interval_ms: int = Field(default=500, ge=50)
     """How often the frontend checks each Triton server's readiness."""
+    token_level: bool = True
+    """Stream from the token-level model itself (the prompt's tokens in; detokenizing and stop strings
+    in the frontend's workers), not through the ensemble's Python steps: every streamed token then skips
+    postprocessing, and on the tensorrtllm layout the relay too. Guided decoding and top log-probs go
+    through the ensemble still. Needs serving.streaming (a decoupled token-level model)."""
     workers: int | None = Field(default=None, ge=1, le=64)
     """Worker processes per frontend, sharing its port (uvicorn's supervisor restarts one that dies;
     /metrics adds up all of them). One process handles about one core's worth of streams

@@ -78,11 +78,12 @@ class StopMatcher:
         self.stream = DecodeStream(skip_special_tokens=skip_special_tokens)
         self.length = 0  # characters decoded so far (the text itself is not kept)
         self.ends: list[int] = []  # ends[i]: text length after token i
+        self.piece = ""  # the text the last pushed token added (for a caller that streams the text itself)
 
     def push(self, token_id: int) -> int | None:
         """Add one generated token. Returns the number of tokens to keep if a stop word now
         appears (generation must end), else None."""
-        piece = self.stream.step(self.tokenizer, token_id) or ""
+        piece = self.piece = self.stream.step(self.tokenizer, token_id) or ""
         a, state, first = self.automaton, self.state, None
         for i, ch in enumerate(piece, start=self.length):
             state = a.step(state, ch)

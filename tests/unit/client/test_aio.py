@@ -27,7 +27,7 @@ class Scripted(EnsembleClient):
         self.scripts = list(scripts)
         self.calls: list[tuple[str, dict, str]] = []
 
-    async def _attempt(self, ep, body, request_id, stats):
+    async def _attempt(self, ep, body, request_id, stats, route=None):
         self.calls.append((ep.url, body, request_id))
         *pieces, end = self.scripts.pop(0)
         for p in pieces:

@@ -15,6 +15,7 @@ from llmserve.client.retry import (
     Server,
     Stats,
     StreamBroken,
+    TokenAttempts,
     grpc_error,
     http_error,
     in_band_error,
@@ -150,6 +151,29 @@ def test_a_cut_after_the_last_token_is_no_failure():
     a.received("x" * 10, 10)
     assert a.failed("a", StreamBroken("cut")) is None
     assert (a.stats.resumes, a.stats.retries) == (0, 0)
+
+
+TOKEN_REQUEST = {"input_ids": [5, 6], "input_lengths": 2, "request_output_len": 10, "min_tokens": 4, "streaming": True}
+
+
+def test_a_token_level_stream_resumes_from_every_token_the_engine_sent():
+    generated: list[int] = []
+    a = TokenAttempts(TOKEN_REQUEST, NO_WAIT, Stats(), 2, generated)
+    a.begin("a")
+    assert a.body() == TOKEN_REQUEST
+    generated.extend([7, 8, 9])  # three tokens in, one of them held back from the caller (a stop string may follow)
+    a.received("ab", 2)
+    assert a.failed("a", StreamBroken("cut")) == 0.0
+    assert a.body() == {
+        **TOKEN_REQUEST,
+        "input_ids": [5, 6, 7, 8, 9],
+        "input_lengths": 5,
+        "request_output_len": 7,
+        "min_tokens": 1,
+    }
+    assert (a.stats.resumes, a.stats.retries) == (1, 0)
+    generated.extend(range(7))  # the budget is spent: a cut after the last token is no failure
+    assert a.failed("b", StreamBroken("cut")) is None
 
 
 def test_errors_that_are_not_retryable_are_raised_at_once():
