@@ -115,6 +115,50 @@ def test_stop_strings(stack):
         assert reason == "stop" and cut.startswith(text) and not cut[len(text) :].strip(), (stream, stop, text, ref)
 
 
+def _requests_of(stack, model: str) -> float:
+    """Triton's successful requests of one model, summed over the servers."""
+    total = 0.0
+    for s in stack.servers:
+        text = requests.get(f"http://127.0.0.1:{s.metrics_port}/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith("nv_inference_request_success{") and f'model="{model}"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_the_token_level_path_skips_the_ensemble_and_answers_as_it_does(stack):
+    """openai.token_level (the default): a completion goes to tensorrt_llm itself, not through the
+    ensemble's preprocessing and postprocessing, and its text, stop string cut, is the ensemble's."""
+    c = stack.client()
+    prompt = "Write a list of three fruits, one per line:\n"
+    ensemble0, engine0 = _requests_of(stack, "ensemble"), _requests_of(stack, "tensorrt_llm")
+    ref = c.completions.create(model=MODEL, prompt=prompt, max_tokens=40, **GREEDY).choices[0].text
+    words = ref.split()
+    assert len(words) >= 3, ref
+    stop = words[2][-2:]  # may start inside a token: matched on the text, not the tokens
+    ours = c.completions.create(model=MODEL, prompt=prompt, max_tokens=40, stop=[stop], stream=True, **GREEDY)
+    chunks = list(ours)
+    text = "".join(ch.choices[0].text for ch in chunks)
+    assert chunks[-1].choices[0].finish_reason == "stop" and text == ref[: ref.index(stop)], (text, stop, ref)
+    assert _requests_of(stack, "ensemble") == ensemble0
+    assert _requests_of(stack, "tensorrt_llm") >= engine0 + 2
+    s = stack.servers[0]
+    for stops, want in (([], ref), ([stop], text)):
+        body = {
+            "text_input": prompt,
+            "max_tokens": 40,
+            "apply_chat_template": False,
+            "exclude_input_in_output": True,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "stop_words": stops,
+            "stop_words_match": "text",
+        }
+        r = requests.post(f"http://127.0.0.1:{s.http_port}/v2/models/ensemble/generate", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["text_output"] == want, (stops, r.json(), want)
+
+
 def test_usage_is_what_the_engine_counted(stack):
     """prompt_tokens and completion_tokens equal the engine's own counters (its prefilled prompt
     tokens and generated tokens), read from Triton's metrics."""
