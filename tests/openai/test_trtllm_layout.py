@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import openai
 import pytest
+import requests
 
+from llmserve.contract import BACKEND
 from llmserve.deploy.frontend import FrontendProcess
 from llmserve.deploy.tritonserver import free_ports
 from llmserve.spec import ROOT, load_spec
@@ -79,3 +81,44 @@ def test_top_logprobs_agree_with_the_torch_layout(clients):
     completion = trt_client.completions.create(model=trt_model, prompt="Hello", max_tokens=4, logprobs=3, temperature=0)
     lp = completion.choices[0].logprobs
     assert len(lp.top_logprobs) == len(lp.tokens) >= 1 and all(1 <= len(t) <= 4 for t in lp.top_logprobs)
+
+
+def _requests_of(metrics_url: str, model: str) -> float:
+    r = requests.get(metrics_url, timeout=5)
+    r.raise_for_status()
+    text = r.text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("nv_inference_request_success{") and f'model="{model}"' in line
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_token_level_path_reads_the_backend_model_itself(clients, trtllm_server, stream):
+    """On the tensorrtllm layout the frontend streams from the C++ backend's model (tensorrt_llm_cpp)
+    itself, past the relay and the ensemble, and answers what the torch layout's frontend answers:
+    the same tokens, log-probs within TOLERANCE, a stop string cut the same way."""
+    (torch_client, torch_model), (trt_client, trt_model) = clients["torch"], clients["tensorrtllm"]
+    kw = dict(prompt="Hello there", max_tokens=12, logprobs=0, temperature=0, stream=stream)
+    metrics = trtllm_server.metrics
+    before = {m: _requests_of(metrics, m) for m in ("ensemble", "tensorrt_llm", BACKEND)}
+
+    def answer(client, model, **more):
+        r = client.completions.create(model=model, **kw, **more)
+        chunks = list(r) if stream else [r]
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        lps = [x for c in chunks if c.choices and c.choices[0].logprobs for x in c.choices[0].logprobs.token_logprobs]
+        return text, lps, chunks[-1].choices[0].finish_reason
+
+    want, got = answer(torch_client, torch_model), answer(trt_client, trt_model)
+    assert got[0] == want[0] and len(got[1]) == len(want[1]) == 12
+    assert all(abs(a - b) <= TOLERANCE for a, b in zip(got[1], want[1])), (got[1], want[1])
+    after = {m: _requests_of(metrics, m) for m in before}
+    assert after["ensemble"] == before["ensemble"] and after["tensorrt_llm"] == before["tensorrt_llm"]
+    assert after[BACKEND] == before[BACKEND] + 1
+    stop = want[0][len(want[0]) // 2 :][:2]  # from the middle of the text
+    if stop.strip():
+        cut = answer(trt_client, trt_model, stop=[stop])
+        assert cut[0] == want[0][: want[0].index(stop)] and cut[2] == "stop", (cut, stop, want)
+        assert answer(torch_client, torch_model, stop=[stop])[0] == cut[0]
