@@ -21,6 +21,7 @@ import uvicorn
 
 from ..logs import add_cli_options, configure_from_args
 from ..spec import DEFAULT_SPEC, SpecError, load_spec
+from ..spec.openai import AUTO
 from .workers import run as run_workers
 
 # The app (FastAPI, gRPC, transformers) is imported in _main, not here: uvicorn spawns the workers
@@ -53,6 +54,13 @@ def _main(argv=None) -> int:
         help="endpoints listed in this file (one per line, read every health check) get no new requests "
         "(the cluster's rolling restart writes it)",
     )
+    ap.add_argument(
+        "--token-model",
+        default=AUTO,
+        help="the token-level model the frontend streams from itself: 'auto' (default: the spec's "
+        "openai.token_level, tensorrt_llm or on the tensorrtllm layout tensorrt_llm_cpp), a model name, "
+        "or 'none' (every request through the ensemble)",
+    )
     add_cli_options(ap)
     args = ap.parse_args(argv)
     from .app import create_app
@@ -64,7 +72,7 @@ def _main(argv=None) -> int:
         spec = load_spec(args.spec)
         configure_from_args(args, spec)
         endpoints = args.triton.split(",") if args.triton else [f"localhost:{spec.serving.grpc_port}"]
-        settings = settings_from_spec(spec, endpoints, args.drained_file)
+        settings = settings_from_spec(spec, endpoints, args.drained_file, args.token_model)
         workers = args.workers or (1 if args.reuse_port else spec.openai.worker_count())
         if workers < 1 or (args.reuse_port and workers > 1):
             raise ValueError(f"--workers must be >= 1 (1 with --reuse-port), got {workers}")
@@ -102,6 +110,7 @@ def _main(argv=None) -> int:
             log_level=args.log_level,
             log_format=args.log_format,
             drained_file=args.drained_file,
+            token_model=args.token_model,
         )
         try:
             return run_workers(worker_args, workers, **options)

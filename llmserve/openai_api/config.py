@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from ..contract import BACKEND, ENGINE
 from ..spec import Spec, resolve
+from ..spec.openai import AUTO, NONE
 from .auth import load_keys
 from .prompts import Limits
 from .service import Settings
 
 
-def settings_from_spec(spec: Spec, endpoints: list[str], drained_file: str | None = None) -> Settings:
+def settings_from_spec(
+    spec: Spec, endpoints: list[str], drained_file: str | None = None, token_model_arg: str = AUTO
+) -> Settings:
+    """token_model_arg: AUTO (the spec's openai.token_level), NONE, or the model's name."""
     o, e = spec.openai, spec.engine
     default_max = o.default_max_tokens or e.max_output_len
     if default_max > e.max_output_len:
@@ -29,7 +33,11 @@ def settings_from_spec(spec: Spec, endpoints: list[str], drained_file: str | Non
         max_attempts=o.max_attempts,
         health_interval_s=o.health_interval_s,
         drained_file=drained_file,
-        token_model=token_model(spec),
+        token_model=token_model(spec)
+        if token_model_arg == AUTO
+        else None
+        if token_model_arg == NONE
+        else token_model_arg,
         skip_special_tokens=spec.tokenizer.skip_special_tokens,
     )
 

@@ -38,6 +38,7 @@ from uvicorn.supervisors.multiprocess import Multiprocess
 
 from ..logs import configure_from_args
 from ..spec import load_spec
+from ..spec.openai import AUTO
 from .access import IDS_ENV
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def worker_app():
     a = json.loads(os.environ[ARGS_ENV])
     spec = load_spec(a["spec"])
     configure_from_args(argparse.Namespace(log_level=a["log_level"], log_format=a["log_format"]), spec)
-    settings = settings_from_spec(spec, a["endpoints"], a.get("drained_file"))
+    settings = settings_from_spec(spec, a["endpoints"], a.get("drained_file"), a.get("token_model", AUTO))
     return create_app(Service(settings), KeyCheck(settings.api_keys))
 
 

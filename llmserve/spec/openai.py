@@ -13,6 +13,10 @@ from pydantic import Field
 
 from .base import Strict
 
+AUTO, NONE = "auto", "none"
+"""The frontend's --token-model besides a model name: the spec decides (openai.token_level); the ensemble
+for every request."""
+
 
 class OpenAIFrontend(Strict):
     enabled: bool = True

@@ -15,7 +15,8 @@
 # TORCH_ENVS (";"-separated variable sets for extra torch-layout servers, "-" for none: the first is the
 # one the OpenAI points use); OPENAI=0, TRTLLM=0, ENGINE=0 skip those parts; PROBE=1 prints the engine
 # stub's CPU seconds per thread over each point (py-spy names the Python threads).
-# W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
+# The OpenAI points read the token-level model themselves (wN; openai.token_level), and with VIA_ENSEMBLE=1 (the
+# default) the same frontend through the ensemble too (eN, --token-model none). W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
 # ensemble; tensorrt_llm_cpp reads the stand-in itself, token-level, from CLIENTS processes), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
 # tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES
 # ("base after": the same repositories of the base commit first, so one call compares the two).
@@ -138,13 +139,13 @@ print(f"HOPS {p['label']}: {b['tok_s']} tok/s ttft50 {b['ttft_p50_ms']} err {b['
       f" server {p['server_tok_per_s']} tok/s; cores: {cores}")
 PY
 }
-openai_point() {  # openai_point TAG C FRONTEND_PID: CLIENTS bench processes of C/CLIENTS streams each
-  local tag=$1 c=$2 fpid=$3 each=$(( $2 / CLIENTS ))
+openai_point() {  # openai_point TAG C FRONTEND_PID TOP: CLIENTS bench processes of C/CLIENTS streams each
+  local tag=$1 c=$2 fpid=$3 top=${4:-ensemble} each=$(( $2 / CLIENTS ))
   local targets="--targets openai"  # INTERLEAVE=1: each stream alternates ensemble and openai (paired TTFT)
   [ "${INTERLEAVE:-0}" = 1 ] && targets="--url localhost:18001 --targets ensemble,openai --interleave"
   local cmd="for i in \$(seq $CLIENTS); do $BENCH --openai-url localhost:19000 $targets --concurrency $each"
   cmd="$cmd --out $W/b-$tag-$c-\$i > $W/log-$tag-$c-\$i 2>&1 & done; wait"
-  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ensemble --label "$tag openai c=$c" --pid frontend=$fpid \
+  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top $top --label "$tag openai c=$c" --pid frontend=$fpid \
     --out $W/p-$tag-openai-$c.json -- bash -c "$cmd" > $W/log-$tag-$c 2>&1
   python3 - $W $tag $c $CLIENTS <<'PY'
 import json, sys
@@ -172,14 +173,14 @@ print(f"HOPS {p['label']}: {line} ({len(every)} clients); server {p['server_tok_
       f" frontend {fe.get('cores')} cores ({fe.get('us_per_token')} us/tok)")
 PY
 }
-openai_variant() {  # openai_variant TAG ARGS...: frontend(s) started by one shell, swept over CONC, stopped
-  local tag=$1; shift
+openai_variant() {  # openai_variant TAG TOP ARGS...: frontend(s) started by one shell, swept over CONC, stopped;
+  local tag=$1 top=$2; shift 2  # TOP: the model the frontend calls (hops.py counts the tokens there)
   stamp "OpenAI API: $tag ($*)"
   setsid bash -c 'cd $0 && exec "$@"' $H/after "$@" > $W/openai-$tag.log 2>&1 &
   local fpid=$!  # its own process group: one signal reaches every frontend and worker
   for _ in $(seq 120); do curl -sf localhost:19000/health > /dev/null && break; sleep 0.5; done
   sleep 2  # every worker up (the first healthy answer is one worker's)
-  for c in ${CONC//,/ }; do openai_point $tag $c $fpid; done
+  for c in ${CONC//,/ }; do openai_point $tag $c $fpid $top; done
   kill -TERM -- -$fpid; for _ in $(seq 30); do kill -0 -- -$fpid 2>/dev/null || break; sleep 0.5; done
   kill -0 -- -$fpid 2>/dev/null && echo "LEFT: processes of $tag after 15 s" && kill -9 -- -$fpid; wait $fpid 2>/dev/null
   for _ in $(seq 20); do (echo > /dev/tcp/127.0.0.1/19000) 2>/dev/null || break; sleep 0.5; done
@@ -202,10 +203,13 @@ vars=${ENVS[0]}; [ "$vars" = - ] && vars=""
 if [ "${TORCH:-1}" = 1 ] && up model_repository torch $vars; then  # TORCH=0: the tensorrtllm layout only
   for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch $t $c; done; done
   if [ "${OPENAI:-1}" = 1 ]; then
-    [ "${W1:-1}" = 1 ] && openai_variant w1 $FRONTEND --workers 1
-    for n in ${WORKERS//,/ }; do openai_variant w$n $FRONTEND --workers $n; done
+    [ "${W1:-1}" = 1 ] && openai_variant w1 tensorrt_llm $FRONTEND --workers 1
+    for n in ${WORKERS//,/ }; do
+      openai_variant w$n tensorrt_llm $FRONTEND --workers $n  # the token-level path (openai.token_level)
+      [ "${VIA_ENSEMBLE:-1}" = 1 ] && openai_variant e$n ensemble $FRONTEND --workers $n --token-model none
+    done
     for n in ${REUSE//,/ }; do
-      openai_variant rp$n bash -c "for i in \$(seq $n); do $FRONTEND --workers 1 --reuse-port & done; wait"
+      openai_variant rp$n tensorrt_llm bash -c "for i in \$(seq $n); do $FRONTEND --workers 1 --reuse-port & done; wait"
     done
   fi
   down
@@ -217,8 +221,10 @@ for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_reposito
     for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do
       if [ $t = tensorrt_llm_cpp ]; then backend_point $tag $c; else point $tag $t $c; fi
     done; done
-    for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too
-      openai_variant $tag-w$n $FRONTEND --workers $n  # bench-1b.yaml: the model name the bench asks for
+    for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too (bench-1b.yaml: the model name the
+      # bench asks for; so the token-level model is named: the C++ backend's, past the relay)
+      openai_variant $tag-w$n tensorrt_llm_cpp $FRONTEND --workers $n --token-model tensorrt_llm_cpp
+      [ "${VIA_ENSEMBLE:-1}" = 1 ] && openai_variant $tag-e$n ensemble $FRONTEND --workers $n --token-model none
     done
     down
   fi
