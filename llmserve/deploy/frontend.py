@@ -43,7 +43,8 @@ class FrontendProcess(ProcessGroup):
     """One OpenAI frontend (`python -m llmserve.openai_api`); ready when /health answers 200 (it is up
     and sees a ready Triton server). SIGTERM: uvicorn finishes in-flight requests, bounded by
     serving.exit_timeout_s. workers: its processes (None: the spec's openai.worker_count()); they are
-    in its process group, so the group's kill ends them too."""
+    in its process group, so the group's kill ends them too. token_model: its --token-model (None: the
+    spec's, openai.token_level)."""
 
     what = "the OpenAI frontend"
     ready_poll_s = 0.3
@@ -61,6 +62,7 @@ class FrontendProcess(ProcessGroup):
         reaper: Reaper | None = None,
         workers: int | None = None,
         drained_file: Path | None = None,
+        token_model: str | None = None,
     ):
         self.host = host
         cmd = [
@@ -77,6 +79,7 @@ class FrontendProcess(ProcessGroup):
             ",".join(triton),
             *(["--workers", str(workers)] if workers else []),
             *(["--drained-file", str(drained_file)] if drained_file else []),
+            *(["--token-model", token_model] if token_model else []),
         ]
         super().__init__(cmd, port=port, log_path=log_path, reaper=reaper)
         self.env = {**os.environ, **(env or {})}

@@ -17,8 +17,9 @@ stream with an error; this test cancels streams every way a client can and check
 
 The ways: gRPC stream cancel (stop_stream(cancel_requests=True)) with and without request id, HTTP
 generate_stream connection closed with and without "id", and the OpenAI frontend's SSE stream closed
-(it also sends its own stop by id). Both layouts: the torch engine, and the tensorrtllm layout with the
-C++ backend's stand-in."""
+(it also sends its own stop by id), once on its token-level path (straight to the engine model: released
+there, never seen by the ensemble) and once through the ensemble (--token-model none). Both layouts: the
+torch engine, and the tensorrtllm layout with the C++ backend's stand-in."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ import yaml
 from llmserve.contract import ENSEMBLE
 from llmserve.deploy.frontend import FrontendProcess
 from llmserve.deploy.tritonserver import free_ports
-from llmserve.spec import ROOT
+from llmserve.openai_api.config import token_model
+from llmserve.spec import ROOT, load_spec
 
 from .conftest import long_request, metric, wait_metric
 
@@ -95,11 +97,12 @@ def _start(tmp_path: Path, name: str, layout: str, **kw):
             time.sleep(0.2)
 
 
-def _ensemble(server, outcome: str) -> float:
-    """nv_inference_request_<outcome> of the ensemble (success / failure), summed over labels."""
+def _ensemble(server, outcome: str, model: str = ENSEMBLE) -> float:
+    """nv_inference_request_<outcome> of a model (the ensemble unless told; success / failure), summed
+    over labels."""
     with urllib.request.urlopen(server.metrics, timeout=5) as r:
         text = r.read().decode()
-    pattern = rf'^nv_inference_request_{outcome}{{[^}}]*model="{ENSEMBLE}"[^}}]*}} (\S+)$'
+    pattern = rf'^nv_inference_request_{outcome}{{[^}}]*model="{model}"[^}}]*}} (\S+)$'
     return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
 
 
@@ -187,21 +190,23 @@ def _openai(frontend_port: int, model: str):
     return hang_up
 
 
-def _cancel_every_way(server, ways, emit) -> int:
+def _cancel_every_way(server, ways, emit) -> tuple[int, int]:
+    """Hang up PER_WAY streams each way: (hang-ups, those that went through the ensemble)."""
     c0, t0 = metric(server, CANCELLED), metric(server, TIMED_OUT)
-    done = 0
-    for name, way, with_id in ways:
+    done = via_ensemble = 0
+    for name, way, with_id, ensemble in ways:
         for _ in range(PER_WAY):
             assert wait_metric(server, RUNNING, lambda v: v == 0, timeout_s=REQUEST_TIMEOUT_S)[0]
             way(server, with_id)
             done += 1
+            via_ensemble += ensemble
             freed, dt = wait_metric(server, RUNNING, lambda v: v == 0, timeout_s=REQUEST_TIMEOUT_S)
             assert freed
             counted, _ = wait_metric(server, CANCELLED, lambda v, n=done: v >= c0 + n, timeout_s=10)
             emit(f"  {name}: slot free {dt:.2f} s after the hang-up")
             assert counted, f"{name}: the generation was not cancelled (it ran on: slot held {dt:.2f} s)"
     assert metric(server, TIMED_OUT) == t0
-    return done
+    return done, via_ensemble
 
 
 @pytest.mark.parametrize("layout", ["torch", "tensorrtllm"])
@@ -225,32 +230,45 @@ def test_cancelled_streams_leave_nothing_in_flight_and_sigterm_is_fast(layout, t
     assert EXIT_EXPIRED not in ref.log.read_text(), _shutdown_log(ref)
 
     spec, server = _start(tmp_path, "cancelled", layout)
-    frontend = None
+    tokens_from = token_model(load_spec(spec))  # the model the token-level frontend streams from
+    assert tokens_from is not None
+    frontends = []
     try:
-        (port,) = free_ports(1)
-        frontend = FrontendProcess(spec, port=port, triton=[server.grpc], log_path=tmp_path / "frontend.log").start()
-        frontend.wait_ready(timeout_s=300)
+        ports = free_ports(2)
+        for port, via in zip(ports, (None, "none")):
+            log = tmp_path / f"frontend-{via or 'token-level'}.log"
+            frontends.append(FrontendProcess(spec, port=port, triton=[server.grpc], log_path=log, token_model=via))
+        for frontend in frontends:
+            frontend.start().wait_ready(timeout_s=300)
         model = yaml.safe_load(spec.read_text())["name"]
         s0, f0 = _ensemble(server, "success"), _ensemble(server, "failure")
+        t0 = _ensemble(server, "success", tokens_from)
         ways = [
-            ("gRPC stream cancel, request id", _grpc, True),
-            ("gRPC stream cancel, no request id", _grpc, False),
-            ("generate_stream closed, id", _sse, True),
-            ("generate_stream closed, no id", _sse, False),
-            ("OpenAI SSE closed", _openai(port, model), True),
+            ("gRPC stream cancel, request id", _grpc, True, True),
+            ("gRPC stream cancel, no request id", _grpc, False, True),
+            ("generate_stream closed, id", _sse, True, True),
+            ("generate_stream closed, no id", _sse, False, True),
+            ("OpenAI SSE closed, token-level", _openai(ports[0], model), True, False),
+            ("OpenAI SSE closed, through the ensemble", _openai(ports[1], model), True, True),
         ]
         emit(f"{layout}: {PER_WAY} hang-ups each way")
-        n = _cancel_every_way(server, ways, emit)
+        n, n_ensemble = _cancel_every_way(server, ways, emit)
         released, _ = wait_metric(
-            server, "nv_inference_request_success", lambda v: _ensemble(server, "success") >= s0 + n, timeout_s=30
+            server,
+            "nv_inference_request_success",
+            lambda v: _ensemble(server, "success") >= s0 + n_ensemble,
+            timeout_s=30,
         )
         assert released, (
-            f"{n - (_ensemble(server, 'success') - s0):.0f} of {n} cancelled ensemble requests were "
-            f"not released by Triton"
+            f"{n_ensemble - (_ensemble(server, 'success') - s0):.0f} of {n_ensemble} cancelled ensemble "
+            f"requests were not released by Triton"
         )
         assert _ensemble(server, "failure") == f0, "a cancelled stream was answered with an error"
+        # Every hang-up, through the ensemble or not, reached the token model and was released there.
+        got = _ensemble(server, "success", tokens_from) - t0
+        assert got >= n, f"{tokens_from}: {n - got:.0f} of {n} cancelled requests were not released by Triton"
     finally:
-        if frontend is not None:
+        for frontend in frontends:
             frontend.stop()
         took, lines = _stop(server)
     emit(
