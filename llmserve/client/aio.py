@@ -1,12 +1,15 @@
-"""The async failover client for the ensemble (the OpenAI frontend's way to it): gRPC bidirectional
-streaming (ModelStreamInfer) to one or more Triton servers, with the failover policy of retry.py,
-which the sync client (failover.py) follows too. It raises retry.GenerationError (GaveUp when every
-attempt failed); the frontend maps those to its HTTP answers.
+"""The async failover client (the OpenAI frontend's way to Triton): gRPC bidirectional streaming
+(ModelStreamInfer) to one or more Triton servers, with the failover policy of retry.py, which the sync
+client (failover.py) follows too. It raises retry.GenerationError (GaveUp when every attempt failed);
+the frontend maps those to its HTTP answers.
 
-- Every request streams from the ensemble (`stream=true`), also when the OpenAI client did not ask
-  for a stream: the frontend joins the pieces. So one code path serves both, a non-streamed answer
-  survives a server failure the same way, and every token gives the engine a chance to notice a
-  cancellation (the ensemble schedules a postprocessing step per streamed response).
+- Two routes (`Route`): `generate` streams text from the ensemble; `generate_tokens` streams token
+  ids from the token-level model itself (`tensorrt_llm`, or `tensorrt_llm_cpp` past the relay on the
+  tensorrtllm layout), detokenized and stop-matched here by a StreamText, so no Python hop of the
+  ensemble handles each token (openai.token_level). Both share the attempt, failover and stop code.
+- Every request streams (`stream=true`), also when the OpenAI client did not ask for a stream: the
+  frontend joins the pieces. So one code path serves both, and a non-streamed answer survives a server
+  failure the same way.
 - Endpoints are Triton servers themselves, not a load balancer, so that the frontend knows which
   server holds a request (to cancel it there) and picks the least busy healthy one itself. A
   background task polls each server's readiness (`ServerReady`, Triton's strict readiness) every
@@ -17,15 +20,16 @@ attempt failed); the frontend maps those to its HTTP answers.
   (docs/cancellation.md section 4).
 - Retried on another server before any token (retry.py): connection failures,
   UNAVAILABLE/INTERNAL/... statuses, in-band errors that are neither the client's fault nor a
-  request timeout (busy included). Resumed after tokens: the same request with the prompt + the
-  text so far and the remaining budget, so the caller sees one uninterrupted stream; a greedy stream
-  resumed this way equals an uninterrupted one when the text re-tokenizes into the tokens that
+  request timeout (busy included). Resumed after tokens: the same request with the prompt + what came
+  so far and the remaining budget, so the caller sees one uninterrupted stream. On the token-level
+  route that is the token ids themselves (exact); through the ensemble it is the text, and a greedy
+  stream resumed so equals an uninterrupted one when the text re-tokenizes into the tokens that
   produced it (the normal case for real text).
-- Cancellation: when the caller stops (its HTTP client hung up), the gRPC call is cancelled, which
-  cancels the ensemble request in Triton, and, when the token-level contract has a `stop` input
-  (TensorRT-LLM's way to stop a request by id, which reaches a running `tensorrt_llm` step where
-  Triton 2.51's ensemble cancellation does not), a `stop` request with the same request id goes to
-  that server's `tensorrt_llm`."""
+- Cancellation: when the caller stops (its HTTP client hung up), the gRPC call is cancelled, and,
+  when the token-level contract has a `stop` input (TensorRT-LLM's way to stop a request by id, which
+  reaches a running `tensorrt_llm` step where Triton 2.51's ensemble cancellation does not), a `stop`
+  request with the same request id goes to that server's token-level model. A stop string matched on
+  the token-level route stops the request by id and then ends its stream (never a cancel)."""
 
 from __future__ import annotations
 
