@@ -18,7 +18,7 @@
 # The OpenAI points read the token-level model themselves (wN; openai.token_level), and with VIA_ENSEMBLE=1 (the
 # default) the same frontend through the ensemble too (eN, --token-model none). W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
 # ensemble; tensorrt_llm_cpp reads the stand-in itself, token-level, from CLIENTS processes), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
-# tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES
+# tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES (its OpenAI frontends run that tree too)
 # ("base after": the same repositories of the base commit first, so one call compares the two).
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
 # one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
@@ -176,7 +176,7 @@ PY
 openai_variant() {  # openai_variant TAG TOP ARGS...: frontend(s) started by one shell, swept over CONC, stopped;
   local tag=$1 top=$2; shift 2  # TOP: the model the frontend calls (hops.py counts the tokens there)
   stamp "OpenAI API: $tag ($*)"
-  setsid bash -c 'cd $0 && exec "$@"' $H/after "$@" > $W/openai-$tag.log 2>&1 &
+  setsid bash -c 'cd $0 && exec "$@"' $H/${TREE:-after} "$@" > $W/openai-$tag.log 2>&1 &
   local fpid=$!  # its own process group: one signal reaches every frontend and worker
   for _ in $(seq 120); do curl -sf localhost:19000/health > /dev/null && break; sleep 0.5; done
   sleep 2  # every worker up (the first healthy answer is one worker's)
