@@ -31,7 +31,6 @@ from starlette.exceptions import HTTPException
 
 from .access import AccessLog, access
 from .auth import KeyCheck
-from .coalesce import coalesced
 from .completion import Completion
 from .errors import APIError, bad_request
 from .protocol import ChatCompletionRequest, CompletionRequest
@@ -163,7 +162,7 @@ def create_app(service: Service, keys: KeyCheck) -> FastAPI:
             await gen.aclose()
             raise
         return StreamingResponse(
-            coalesced(events(done, shape, req, first, gen, record)),
+            events(done, shape, req, first, gen, record),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
