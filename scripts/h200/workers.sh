@@ -18,8 +18,8 @@
 # The OpenAI points read the token-level model themselves (wN; openai.token_level), and with VIA_ENSEMBLE=1 (the
 # default) the same frontend through the ensemble too (eN, --token-model none). W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
 # ensemble; tensorrt_llm_cpp reads the stand-in itself, token-level, from CLIENTS processes), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
-# tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES (its OpenAI frontends run that tree too)
-# ("base after": the same repositories of the base commit first, so one call compares the two).
+# tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES
+# ("base after": the same repositories, and the OpenAI frontend, of the base commit first, so one call compares the two).
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
 # one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
 set -uo pipefail
