@@ -111,6 +111,7 @@ def _engine_target(args, checkpoint: str, spec) -> InProcessEngine:
         max_slots=args.engine_max_slots or eng.max_batch_size,
         max_seq_len=args.engine_max_seq_len or eng.max_seq_len,
         cuda_graphs=eng.torch.cuda_graphs and not args.engine_eager,
+        triton_kernels=eng.torch.triton_kernels,
         prefill_token_budget=eng.torch.prefill_token_budget,
         ignore_eos=args.ignore_eos,
         threads=args.engine_threads if args.engine_threads is not None else eng.torch.threads,

@@ -267,6 +267,7 @@ class InProcessEngine(Target):
         max_seq_len: int,
         cuda_graphs: bool,
         prefill_token_budget: int,
+        triton_kernels: bool = True,
         ignore_eos: bool = False,
         threads: int = 0,
     ):
@@ -277,6 +278,7 @@ class InProcessEngine(Target):
             max_slots=max_slots,
             max_seq_len=max_seq_len,
             cuda_graphs=cuda_graphs,
+            triton_kernels=triton_kernels,
             threads=threads,
         )
         self.prefill_token_budget = prefill_token_budget

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import kernels
 from .layers import decoder_layer, logits, rms_norm, rms_norm_fused, rotate
 
 
@@ -68,6 +69,9 @@ class GraphOptions:
     """Rotate q and k together (one set of rotary kernels a layer instead of two)."""
     fused_norm: bool = True
     """RMSNorm through F.rms_norm (a fused kernel where torch has one) instead of written-out ops."""
+    kernels: bool = True
+    """The fused Triton kernels of kernels.py (residual add + RMSNorm, rotary + KV write, SiLU x up)
+    where Triton runs (kernels.available: a CUDA device); the torch ops otherwise."""
     compile: bool = False
     """torch.compile the step body (inductor fuses the norms, rotary and elementwise ops into few
     kernels) before capturing it: fewer, larger kernels per step, at a compile of about a minute.
@@ -90,6 +94,13 @@ class DecodeResult:
         return self._logits[idx]
 
 
+def _greedy(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's outputs: logits [B, V] and, per row, its greedy token and that token's log-prob."""
+    token = out.argmax(-1)
+    logprob = out.gather(1, token.unsqueeze(1)).squeeze(1) - torch.logsumexp(out, dim=-1)
+    return out, torch.stack((token.double(), logprob.double()))
+
+
 class DecodeGraphs:
     def __init__(self, model, capture: bool = True, options: GraphOptions = GraphOptions()):
         self.m = model
@@ -107,7 +118,9 @@ class DecodeGraphs:
         self.kv_buckets = kv_buckets(model.max_seq_len)
         # (B, kb) -> (graph, logits [B, V], picked [2, B]: greedy token and its log-prob per row)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
-        self._run = torch.compile(self._body, dynamic=True) if options.compile else self._body
+        self.fused = options.kernels and not options.compile and kernels.available(dev) and kernels.fits(model.cfg)
+        body = self._body_fused if self.fused else self._body
+        self._run = torch.compile(body, dynamic=True) if options.compile else body
         self.captured = capture and dev.type == "cuda"
         if self.captured:
             self._capture_all()
@@ -156,10 +169,34 @@ class DecodeGraphs:
         norm = rms_norm_fused if opt.fused_norm else rms_norm
         for i in range(cfg.num_layers):
             x = decoder_layer(x, w, i, cfg, attend, norm)
-        out = logits(x, w, cfg, norm)
-        token = out.argmax(-1)
-        logprob = out.gather(1, token.unsqueeze(1)).squeeze(1) - torch.logsumexp(out, dim=-1)
-        return out, torch.stack((token.double(), logprob.double()))
+        return _greedy(logits(x, w, cfg, norm))
+
+    def _body_fused(self, B: int, kb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """_body with the kernels of kernels.py: per layer two GEMMs around attention, two around the
+        MLP, SDPA, and three fused kernels (the same function; float32 inside each kernel)."""
+        m, cfg, w = self.m, self.m.cfg, self.m.w
+        nh, nkv, hd, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        tokens, positions = self.inputs[0, :B], self.inputs[1, :B]
+        x = F.embedding(tokens, w["embed_tokens.weight"])  # [B, H], the residual stream (updated in place)
+        cos, sin = m.cos[positions], m.sin[positions]  # [B, D]
+        visible = (torch.arange(kb, device=tokens.device).view(1, kb) <= positions.view(B, 1)).view(B, 1, 1, kb)
+        h = kernels.add_rms_norm(x, None, w["layers.0.input_layernorm.weight"], eps)
+        for i in range(cfg.num_layers):
+            p = f"layers.{i}."
+            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+            q = kernels.rope_kv(qkv, cos, sin, positions, m.k_cache[i], m.v_cache[i], nh, nkv)
+            keys, values = m.k_cache[i][:B, :, :kb], m.v_cache[i][:B, :, :kb]
+            a = F.scaled_dot_product_attention(q.view(B, nkv, nh // nkv, hd), keys, values, attn_mask=visible)
+            h = kernels.add_rms_norm(
+                x,
+                F.linear(a.reshape(B, nh * hd), w[p + "self_attn.o_proj.weight"]),
+                w[p + "post_attention_layernorm.weight"],
+                eps,
+            )
+            mlp = F.linear(kernels.silu_mul(F.linear(h, w[p + "gate_up"])), w[p + "mlp.down_proj.weight"])
+            after = f"layers.{i + 1}.input_layernorm.weight" if i + 1 < cfg.num_layers else "norm.weight"
+            h = kernels.add_rms_norm(x, mlp, w[after], eps)
+        return _greedy(F.linear(h, w["lm_head.weight"]).float())
 
     @torch.inference_mode()
     def _capture_all(self) -> None:

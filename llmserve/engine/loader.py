@@ -28,6 +28,7 @@ def load_model(
     max_slots: int,
     max_seq_len: int,
     cuda_graphs: bool,
+    triton_kernels: bool = True,
     threads: int = 0,
     max_input_len: int | None = None,
 ) -> LlamaModel:
@@ -42,7 +43,8 @@ def load_model(
         torch.set_num_threads(threads or HOST_THREADS)
     model = LlamaModel(checkpoint, dev, pick_dtype(dtype, dev), max_slots, max_seq_len)
     if cuda_graphs and dev.type == "cuda":
-        model.graphs = DecodeGraphs(model, options=GraphOptions(compile=os.environ.get("LLMSERVE_COMPILE") == "1"))
+        options = GraphOptions(kernels=triton_kernels, compile=os.environ.get("LLMSERVE_COMPILE") == "1")
+        model.graphs = DecodeGraphs(model, options=options)
         # Prompts up to max_input_len (default: half the sequence, as 128 in / 128 out) in graphs too.
         model.prefill_graphs = PrefillGraphs(model, max_input_len or max_seq_len // 2)
     return model

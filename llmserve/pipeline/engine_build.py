@@ -32,6 +32,7 @@ def build_engine(opts: EngineOptions, tokenizer_info_path: str | None = None, en
         max_slots=opts.max_batch_size,
         max_seq_len=opts.max_input_len + opts.max_output_len,
         cuda_graphs=opts.cuda_graphs,
+        triton_kernels=opts.triton_kernels,
         threads=opts.threads,
         max_input_len=opts.max_input_len,
     )

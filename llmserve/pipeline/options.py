@@ -108,6 +108,7 @@ class EngineOptions(ModelParams):
     dtype: str
     threads: int
     cuda_graphs: bool
+    triton_kernels: bool
     stream_interval_ms: float
     send_threads: int
     engine_process: str  # "auto", "true" or "false" (pipeline/engine_service.separate_process)
@@ -130,6 +131,7 @@ class EngineOptions(ModelParams):
             dtype=t.dtype,
             threads=t.threads,
             cuda_graphs=t.cuda_graphs,
+            triton_kernels=t.triton_kernels,
             stream_interval_ms=t.stream_interval_ms,
             send_threads=t.send_threads,
             engine_process=t.engine_process if isinstance(t.engine_process, str) else str(t.engine_process).lower(),

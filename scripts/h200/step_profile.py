@@ -69,10 +69,12 @@ def wall_ms(fn, n=50) -> float:
 
 # 1. decode step variants
 variants = {
-    "written-out attention, separate q/k rotary (before)": GraphOptions(sdpa=False, fused_rope=False, fused_norm=False),
-    "+ fused q/k rotary": GraphOptions(sdpa=False, fused_rope=True, fused_norm=False),
-    "+ SDPA attention": GraphOptions(sdpa=True, fused_rope=True, fused_norm=False),
-    "+ F.rms_norm (default)": GraphOptions(sdpa=True, fused_rope=True, fused_norm=True),
+    "written-out attention, separate q/k rotary": GraphOptions(
+        sdpa=False, fused_rope=False, fused_norm=False, kernels=False
+    ),
+    "+ SDPA attention, fused q/k rotary": GraphOptions(sdpa=True, fused_rope=True, fused_norm=False, kernels=False),
+    "+ F.rms_norm (before)": GraphOptions(kernels=False),
+    "+ Triton kernels (default)": GraphOptions(),
     "+ torch.compile of the body": GraphOptions(compile=True),
 }
 if os.environ.get("PROFILE_NO_COMPILE"):

@@ -20,6 +20,7 @@ def _options(path, engine_process: str) -> EngineOptions:
         dtype="float32",
         threads=0,
         cuda_graphs=False,
+        triton_kernels=False,
         stream_interval_ms=0,
         send_threads=2,
         engine_process=engine_process,
