@@ -29,6 +29,12 @@ GPU = torch.cuda.is_available()  # without one: a smoke run of this script on a 
 dev = torch.device("cuda" if GPU else "cpu")
 m = LlamaModel(ckpt, dev, torch.bfloat16 if GPU else torch.float32, 128, 512)
 results: dict = {"device": torch.cuda.get_device_name() if GPU else "cpu", "torch": torch.__version__}
+try:
+    import triton
+
+    results["triton"] = triton.__version__
+except ImportError:
+    results["triton"] = None
 SCALE = 1 if GPU else 0.02
 
 
@@ -108,6 +114,7 @@ for name, opt in variants.items():
             "variant": name,
             "batch": B,
             "kv_bucket": 256,
+            "triton_kernels": g.fused,
             "capture_s": round(capture_s, 1),
             "graph_gpu_ms": round(gpu_ms(graph.replay), 3),
             "step_wall_ms": round(wall_ms(lambda g=g: g.step(slots, toks, pos, 240)), 3),
