@@ -69,8 +69,8 @@ class GraphOptions:
     """Rotate q and k together (one set of rotary kernels a layer instead of two)."""
     fused_norm: bool = True
     """RMSNorm through F.rms_norm (a fused kernel where torch has one) instead of written-out ops."""
-    kernels: bool = True
-    """The fused Triton kernels of kernels.py (residual add + RMSNorm, rotary + KV write, SiLU x up)
+    kernels: bool = False
+    """(engine.torch.triton_kernels) The fused Triton kernels of kernels.py (residual add + RMSNorm, rotary + KV write, SiLU x up)
     where Triton runs (kernels.available: a CUDA device); the torch ops otherwise."""
     compile: bool = False
     """torch.compile the step body (inductor fuses the norms, rotary and elementwise ops into few

@@ -109,9 +109,10 @@ class TorchEngine(Strict):
     host side only feeds it; more threads spin: engine/loader.py HOST_THREADS)."""
     cuda_graphs: bool = True
     """Capture decode steps in CUDA graphs on GPUs (ignored on CPU)."""
-    triton_kernels: bool = True
+    triton_kernels: bool = False
     """Fused Triton kernels in the captured decode step (residual add + RMSNorm, rotary + KV write,
-    SiLU x up: engine/kernels.py) where Triton is installed; false keeps the torch ops."""
+    SiLU x up: engine/kernels.py) where Triton is installed. Off until measured on a GPU: checked
+    against the torch ops on a CPU only, through Triton's interpreter (docs/perf-gpu.md)."""
     prefill_token_budget: int = Field(default=2048, ge=1)
     """Most prompt tokens prefilled in one engine step (beyond the first admitted request), so a
     burst of long prompts cannot stall the running streams for long."""

@@ -7,7 +7,7 @@
 #   weights  random bf16 1.07B Llama built on the GPU (scripts/h200/make_weights.py), always
 #   p        where a step goes: scripts/h200/step_profile.py (graph variants, prefill, engine split)
 #   b        engine in-process (tools/bench.py --targets engine) at CONC, min_tokens = max_tokens like the
-#            Triton targets; with COMPILE=1 also with torch.compile (CONC_COMPILE); with EAGER=1 also eager at 1,64
+#            Triton targets; B_SPECS (space-separated spec files) runs it once more per spec; with COMPILE=1 also with torch.compile (CONC_COMPILE); with EAGER=1 also eager at 1,64
 #   o        the same with the code in $BASE (default .h13/base: the tree before this work), for a
 #            side-by-side "before" in the same run
 #   c        for each repository in REPOS (default model_repository; REPO@VAR=VALUE sets an environment variable
@@ -67,6 +67,11 @@ if has b; then
   stamp "(b) engine in-process"
   timeout ${B_TIMEOUT:-120} $BENCH --targets engine $ENGINE --concurrency ${CONC_B:-$CONC} --duration $DUR \
     --label "engine, this tree" --out $W/b
+  for spec in ${B_SPECS:-}; do  # more specs of the same model, e.g. scripts/h200/bench-1b-kernels.yaml
+    name=$(basename $spec .yaml)
+    timeout ${B_TIMEOUT:-120} python3 tools/bench.py ${BENCH_ARGS/--spec $SPEC/--spec $spec} --targets engine $ENGINE \
+      --concurrency ${CONC_B:-$CONC} --duration $DUR --label "engine, $name" --out $W/b-$name
+  done
   if [ -n "${COMPILE:-}" ]; then  # the decode body through torch.compile before capture (GraphOptions.compile)
     LLMSERVE_COMPILE=1 timeout ${B_TIMEOUT:-240} $BENCH --targets engine $ENGINE --concurrency ${CONC_COMPILE:-64,128} \
       --duration $DUR --label "engine, torch.compile" --out $W/b_compile
