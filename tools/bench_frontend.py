@@ -14,6 +14,7 @@ the real model (the spec's checkpoint)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import uvicorn
@@ -35,7 +36,8 @@ def main() -> int:
     ap.add_argument("--http", default="h11", choices=["h11", "httptools"], help="uvicorn's HTTP parser")
     args = ap.parse_args()
     spec = load_spec(args.spec)
-    settings = settings_from_spec(spec, ["unused:1"])
+    # Through the scripted ensemble: it has no token-level route (generate_tokens).
+    settings = dataclasses.replace(settings_from_spec(spec, ["unused:1"]), token_model=None)
     ensemble = ScriptedEnsemble(
         pieces=[(" tok", 1)] * args.output_len, delay_s=args.delay_ms / 1000, keep_requests=False
     )
