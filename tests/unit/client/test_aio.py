@@ -11,8 +11,9 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from llmserve.client.aio import Endpoint, EnsembleClient, GenerationError, Piece, Stats
+from llmserve.client.aio import Endpoint, EnsembleClient, GenerationError, Piece, Route, Stats
 from llmserve.client.retry import GaveUp, Server, StreamBroken, in_band_error
+from llmserve.client.wire import is_final, token_request
 from llmserve.contract import ENGINE, ENSEMBLE
 from llmserve.errors import ErrorKind
 
@@ -180,3 +181,83 @@ def test_answered_streams_are_closed_not_cancelled():
     finally:
         server.stop(grace=None)
     assert sorted(model.ends) == [(ENSEMBLE, "half-closed"), (ENGINE, "half-closed")]
+
+
+class Pieces(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Sends `pieces` non-final responses at once, then a final one, or (stall=True) nothing more
+    until the client cancels the stream."""
+
+    def __init__(self, pieces: int, stall: bool):
+        self.pieces, self.stall, self.cancelled = pieces, stall, False
+
+    def ModelStreamInfer(self, requests, context):
+        req = next(requests)
+        for _ in range(self.pieces):
+            msg = service_pb2.ModelStreamInferResponse()
+            msg.infer_response.id = req.id
+            yield msg
+        if self.stall:
+            while context.is_active():
+                time.sleep(0.01)
+            self.cancelled = True
+            return
+        msg = service_pb2.ModelStreamInferResponse()
+        msg.infer_response.parameters["triton_final_response"].bool_param = True
+        yield msg
+
+
+def _served(model):
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(model, server)
+    url = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    return server, url
+
+
+def _read_all(url: str, idle_s: float, hold_s: float) -> list:
+    """Read one stream with idle timeout idle_s, holding each piece hold_s before reading on."""
+
+    async def go():
+        client = EnsembleClient([url], idle_timeout_s=idle_s, max_attempts=1, health_interval_s=1)
+        client.endpoints = [ep] = [Endpoint(url)]
+        got = []
+        route = Route(
+            lambda body, rid, _: token_request(body, rid, ENGINE),
+            lambda r: None if is_final(r) else Piece("x", 1),
+            ENGINE,
+            bool,
+        )
+        try:
+            async for p in client._attempt(ep, {"input_ids": [1, 2]}, "cmpl-1-1", Stats(), route):
+                got.append(p)
+                await asyncio.sleep(hold_s)
+        finally:
+            await client.close(drain_s=0)
+        return got
+
+    return asyncio.run(asyncio.wait_for(go(), 120))  # (a hang fails here rather than stalling the suite)
+
+
+def test_a_stream_silent_for_the_idle_timeout_is_given_up_and_cancelled():
+    model = Pieces(1, stall=True)
+    server, url = _served(model)
+    try:
+        with pytest.raises(GenerationError, match="no response for 0.3 s") as e:
+            _read_all(url, idle_s=0.3, hold_s=0)
+        assert e.value.retryable
+        deadline = time.monotonic() + 30
+        while not model.cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert model.cancelled
+    finally:
+        server.stop(grace=None)
+
+
+def test_time_the_caller_holds_a_piece_is_not_idle_time():
+    """Only the wait for the next message counts: a slow reader of the stream (its HTTP client) does
+    not make a responsive server look silent."""
+    server, url = _served(Pieces(3, stall=False))
+    try:
+        assert len(_read_all(url, idle_s=0.3, hold_s=0.5)) == 3
+    finally:
+        server.stop(grace=None)
