@@ -98,41 +98,6 @@ async def end_stream(call, timeout_s: float) -> None:
         call.cancel()
 
 
-class IdleWatch:
-    """Cancels `call` once no message has come for `timeout_s`: one timer per stream, re-armed only
-    when it fires, and a read only notes the time. A timeout per read (asyncio.wait_for) costs a timer
-    and, on Python 3.11, a task per streamed token; at one response per token (the tensorrtllm
-    layout) that was a fair part of the frontend's CPU per token (docs/perf-gpu.md). A cancelled read
-    raises CancelledError: `fired` says the watch did it, not the caller's cancellation."""
-
-    def __init__(self, call, timeout_s: float):
-        self.call, self.timeout_s = call, timeout_s
-        self.loop = asyncio.get_running_loop()
-        self.last = self.loop.time()
-        self.reading = True  # (the first write counts as waiting too)
-        self.fired = False
-        self.handle = self.loop.call_later(timeout_s, self._check)
-
-    def reads(self) -> None:
-        """A read begins: the stream is idle from now on until a message comes (got())."""
-        self.last = self.loop.time()
-        self.reading = True
-
-    def got(self) -> None:
-        self.reading = False  # the caller has the message: its time with it is not idle
-
-    def _check(self) -> None:
-        left = self.last + self.timeout_s - self.loop.time() if self.reading else self.timeout_s
-        if left > 0:
-            self.handle = self.loop.call_later(left, self._check)
-            return
-        self.fired = True
-        self.call.cancel()
-
-    def close(self) -> None:
-        self.handle.cancel()
-
-
 @dataclass(frozen=True)
 class Route:
     """How one kind of request travels: `encode(body, request_id, ensemble model name)` makes its
@@ -249,16 +214,13 @@ class EnsembleClient:
         finished = False
         stop_model, read, stopped = route.stop_model, route.read, route.stopped
         ep.inflight += 1
-        watch = IdleWatch(call, self.idle_timeout_s)
         try:
             try:
                 await call.write(route.encode(body, request_id, self.model))
                 if stats.dispatched_at is None:
                     stats.dispatched_at = time.monotonic()
                 while True:
-                    watch.reads()
-                    msg = await call.read()
-                    watch.got()
+                    msg = await asyncio.wait_for(call.read(), self.idle_timeout_s)
                     if msg is grpc.aio.EOF:
                         raise GenerationError("stream ended before the final response", retryable=True)
                     if msg.error_message:
@@ -274,20 +236,15 @@ class EnsembleClient:
                         finished = True
                         self._spawn(self._stop_and_end(ep, call, request_id, stop_model))
                         return
-            except asyncio.CancelledError:
-                if not watch.fired:
-                    raise  # the caller's cancellation (its client hung up)
+            except asyncio.TimeoutError:
                 raise GenerationError(f"no response for {self.idle_timeout_s:g} s", retryable=True) from None
             except grpc.aio.AioRpcError as e:
-                if watch.fired:  # (a cancelled call may also end its read this way)
-                    raise GenerationError(f"no response for {self.idle_timeout_s:g} s", retryable=True) from None
                 code = str(e.code())
                 if code == "StatusCode.UNAVAILABLE":
                     ep.healthy = False
                 invalid = code == "StatusCode.INVALID_ARGUMENT"  # the message is the client's to read as is
                 raise grpc_error(code, (e.details() or code) if invalid else f"{code}: {e.details()}") from None
         finally:
-            watch.close()
             ep.inflight -= 1
             if not finished:
                 call.cancel()
