@@ -7,7 +7,7 @@ per token as the C++ backend sends; torch: the torch engine) with the null engin
 target (128 in / 128 out, exact); reports the frontend's CPU seconds (all its processes) per token.
 
     python tools/frontend_cpu.py [--spec specs/tiny-trtllm.yaml] [--concurrency 8] [--duration 20] \\
-        [--workers 1] [--token-model auto|none|NAME] [--rounds 1]
+        [--workers 1] [--token-model auto|none|NAME] [--transport grpc|http] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import psutil
+import yaml
 
 from llmserve.bench.soak import start_server
 from llmserve.deploy.frontend import FrontendProcess
@@ -51,6 +52,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--token-model", default="auto")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--transport", choices=["grpc", "http"], help="openai.token_transport (default: the spec's)")
     ap.add_argument("--step-ms", type=float, default=1.0, help="the null engine's step time")
     args = ap.parse_args()
     os.environ[NULL_STEP_ENV] = str(args.step_ms)
@@ -62,10 +64,17 @@ def main() -> int:
     print(f"starting tritonserver on {repo} ...", file=sys.stderr, flush=True)
     server = start_server(spec_path, work, repository=repo)
     port = free_ports(1)[0]
+    frontend_spec = spec_path
+    if args.transport:  # the same spec with openai.token_transport set
+        data = yaml.safe_load(spec_path.read_text())
+        data.setdefault("openai", {})["token_transport"] = args.transport
+        frontend_spec = work / spec_path.name
+        frontend_spec.write_text(yaml.safe_dump(data))
     frontend = FrontendProcess(
-        spec_path,
+        frontend_spec,
         port=port,
         triton=[f"localhost:{server.grpc_port}"],
+        triton_http=[f"localhost:{server.http_port}"],
         log_path=work / "frontend.log",
         workers=args.workers,
         token_model=args.token_model,

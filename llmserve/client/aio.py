@@ -34,6 +34,7 @@ the frontend maps those to its HTTP answers.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -41,16 +42,30 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ..contract import ENGINE, ENSEMBLE
 from ..text.stream_text import StreamText
-from .retry import Attempts, Backoff, GenerationError, Picker, Server, Stats, TokenAttempts, grpc_error, in_band_error
+from .retry import (
+    Attempts,
+    Backoff,
+    GenerationError,
+    Picker,
+    Server,
+    Stats,
+    StreamBroken,
+    TokenAttempts,
+    grpc_error,
+    http_error,
+    in_band_error,
+)
 from .wire import (
     STOP_SUPPORTED,
     Piece,
     ensemble_request,
+    event_tokens,
     is_final,
     read_piece,
     read_tokens,
@@ -82,6 +97,7 @@ BACKOFF_S, MAX_BACKOFF_S = 0.05, 1.0
 # How long close() waits for the stops of abandoned streams (one round trip each, well under a second).
 STOP_DRAIN_S = 5.0
 STOP_ANSWER_S = 10.0  # how long one stop waits for its answer
+CONNECT_S = 5.0  # an HTTP connection to a Triton server that is up takes milliseconds
 
 
 async def end_stream(call, timeout_s: float) -> None:
@@ -110,14 +126,19 @@ class Route:
     read: Callable
     stop_model: str
     stopped: Callable[[], bool]
+    http_read: Callable | None = None
+    """Over HTTP generate_stream (openai.token_transport): the Piece of one event; `http_end()` the
+    Piece the stream's end releases (there is no final response to read it from)."""
+    http_end: Callable | None = None
 
 
 ENSEMBLE_ROUTE = Route(lambda body, rid, model: ensemble_request(body, rid, model), read_piece, ENGINE, lambda: False)
 
 
 class Endpoint(Server):
-    def __init__(self, url: str):
+    def __init__(self, url: str, http_url: str | None = None):
         super().__init__(url)
+        self.http_url = http_url  # the same server's HTTP host:port (token_transport http)
         self.channel = grpc.aio.insecure_channel(url, options=CHANNEL_OPTIONS)
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
@@ -153,10 +174,17 @@ class EnsembleClient:
         health_interval_s: float,
         model: str = ENSEMBLE,
         drained_file: str | Path | None = None,
+        http_endpoints: list[str] | None = None,
     ):
         if not endpoints:
             raise ValueError("at least one Triton gRPC endpoint is needed")
+        if http_endpoints is not None and len(http_endpoints) != len(endpoints):
+            raise ValueError(
+                f"{len(http_endpoints)} HTTP endpoints for {len(endpoints)} gRPC ones: one per Triton server, in order"
+            )
         self.urls = list(endpoints)
+        self.http_urls = list(http_endpoints) if http_endpoints is not None else None
+        self.session: aiohttp.ClientSession | None = None
         self.endpoints: list[Endpoint] = []
         self.idle_timeout_s, self.health_interval_s, self.model = idle_timeout_s, health_interval_s, model
         self.drained_file = drained_file
@@ -167,7 +195,10 @@ class EnsembleClient:
 
     # --- lifecycle (inside the server's event loop) ---------------------------------------------
     async def start(self) -> None:
-        self.endpoints = [Endpoint(u) for u in self.urls]
+        self.endpoints = [Endpoint(u, h) for u, h in zip(self.urls, self.http_urls or [None] * len(self.urls))]
+        if self.http_urls is not None:
+            # One connection per open stream (keep-alive between them): no pool limit of ours.
+            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         await self._check_all(self.health_interval_s * 4)
         self._health = asyncio.create_task(self._health_loop())
 
@@ -183,6 +214,8 @@ class EnsembleClient:
                 log.warning("%d stop(s) still unanswered after %g s at shutdown", len(late), drain_s)
         for e in self.endpoints:
             await e.channel.close()
+        if self.session is not None:
+            await self.session.close()
 
     async def _health_loop(self) -> None:
         while True:
@@ -270,6 +303,73 @@ class EnsembleClient:
         except (grpc.RpcError, asyncio.TimeoutError):
             call.cancel()  # no answer: a cancel is all that is left
 
+    async def _attempt_http(self, ep: Endpoint, body: dict, request_id: str, stats: Stats, route: Route):
+        """_attempt over Triton's HTTP generate_stream of the token-level model (openai.token_transport:
+        http): the same inputs as JSON, one server-sent event per response, read with aiohttp, which
+        costs a fraction of a grpc.aio read per response (docs/PERFORMANCE.md). The stream's end is its
+        final response. Stops by id still go over gRPC (_stop); a hang-up closes the connection."""
+        url = f"http://{ep.http_url}/v2/models/{route.stop_model}/generate_stream"
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S, sock_read=self.idle_timeout_s)
+        finished, resp = False, None
+        ep.inflight += 1
+        try:
+            try:
+                resp = await self.session.post(url, json={"id": request_id, **body}, timeout=timeout)
+                if stats.dispatched_at is None:
+                    stats.dispatched_at = time.monotonic()
+                if resp.status != 200:
+                    text = await resp.text()
+                    try:
+                        message = json.loads(text).get("error", text)
+                    except ValueError:
+                        message = text
+                    raise http_error(resp.status, str(message))  # (what it is: by its message, as in-band)
+                async for line in resp.content:
+                    if not line.startswith(b"data: "):
+                        continue
+                    event = json.loads(line[6:])
+                    if "error" in event:
+                        raise in_band_error(str(event["error"]))
+                    piece = route.http_read(event)
+                    if piece is not None:
+                        yield piece
+                    if route.stopped():
+                        finished = True
+                        self._spawn(self._stop_and_drain(ep, resp, request_id, route.stop_model))
+                        resp = None  # drained there
+                        return
+                finished = True
+                last = route.http_end()
+                if last is not None:
+                    yield last
+            except asyncio.TimeoutError:
+                raise GenerationError(f"no response for {self.idle_timeout_s:g} s", retryable=True) from None
+            except aiohttp.ClientConnectorError as e:
+                ep.healthy = False
+                raise grpc_error("StatusCode.UNAVAILABLE", f"cannot connect to {ep.http_url}: {e}") from None
+            except (aiohttp.ClientError, ValueError) as e:  # cut mid-stream (server gone), or not our JSON
+                raise StreamBroken(f"stream broke: {type(e).__name__}: {e}") from None
+        finally:
+            ep.inflight -= 1
+            if resp is not None:
+                if finished:
+                    resp.release()
+                else:
+                    resp.close()  # the connection goes: Triton's request with it
+            if not finished and STOP_SUPPORTED:
+                self._spawn(self._stop(ep, request_id, route.stop_model))
+
+    async def _stop_and_drain(self, ep: Endpoint, resp, request_id: str, model: str) -> None:
+        """_stop_and_end for an HTTP stream: stopped by id, then read to its end (kept alive for reuse)."""
+        await self._stop(ep, request_id, model)
+        try:
+            async with asyncio.timeout(STOP_ANSWER_S):
+                async for _ in resp.content:
+                    pass
+            resp.release()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            resp.close()
+
     # --- the request, across servers -----------------------------------------------------------
     async def generate(self, request: dict, request_id: str, stats: Stats) -> AsyncIterator[Piece]:
         """Stream `request` (ensemble inputs; text_input already rendered, apply_chat_template false),
@@ -286,11 +386,7 @@ class EnsembleClient:
         retried and resumed like `generate`, a resume continuing from the tokens themselves."""
         a = TokenAttempts(request, self.backoff, stats, len(self.endpoints), text.generated)
 
-        def read(resp) -> Piece | None:
-            got = read_tokens(resp)
-            parts = [text.push(*got) if got is not None else None]
-            if is_final(resp):
-                parts.append(text.finish())
+        def joined(*parts) -> Piece | None:
             parts = [p for p in parts if p is not None]
             if not parts:
                 return None
@@ -298,7 +394,22 @@ class EnsembleClient:
             lps = None if parts[0].logprobs is None else [x for p in parts for x in p.logprobs]
             return Piece("".join(p.text for p in parts), len(ids), ids, lps)
 
-        route = Route(lambda body, rid, _: token_request(body, rid, model), read, model, lambda: text.stopped)
+        def read(resp) -> Piece | None:
+            got = read_tokens(resp)
+            return joined(text.push(*got) if got is not None else None, text.finish() if is_final(resp) else None)
+
+        def http_read(event: dict) -> Piece | None:
+            got = event_tokens(event)
+            return joined(text.push(*got)) if got is not None else None
+
+        route = Route(
+            lambda body, rid, _: token_request(body, rid, model),
+            read,
+            model,
+            lambda: text.stopped,
+            http_read if self.session is not None else None,
+            lambda: joined(text.finish()),
+        )
         async for piece in self._across(a, request_id, stats, route):
             yield piece
 
@@ -308,7 +419,8 @@ class EnsembleClient:
             a.begin(ep.url)
             try:
                 body, rid = a.body(), f"{request_id}-{stats.attempts}"
-                async with aclosing(self._attempt(ep, body, rid, stats, route)) as pieces:
+                attempt = self._attempt_http if route.http_read is not None else self._attempt
+                async with aclosing(attempt(ep, body, rid, stats, route)) as pieces:
                     async for piece in pieces:
                         a.received(piece.text, piece.tokens)
                         yield piece

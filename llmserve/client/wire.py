@@ -118,6 +118,23 @@ def read_tokens(resp: service_pb2.ModelInferResponse) -> tuple[list[int], list[f
     )
 
 
+def _flat(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def event_tokens(event: dict) -> tuple[list[int], list[float] | None] | None:
+    """The tokens of one server-sent event of the token-level model's HTTP generate_stream, and their
+    log-probabilities (where sent); None for an event without output_ids. JSON carries a one-element
+    tensor as a bare number and a larger one as a flat list: beam 0 first, sequence_length of it valid."""
+    ids = event.get("output_ids")
+    if ids is None:
+        return None
+    ids = _flat(ids)
+    n = _flat(event["sequence_length"])[0] if "sequence_length" in event else len(ids)
+    lp = event.get("output_log_probs")
+    return ids[:n], (_flat(lp)[:n] if lp is not None else None)
+
+
 def stop_request(request_id: str, model: str = ENGINE) -> service_pb2.ModelInferRequest:
     """TensorRT-LLM's stop-by-id, sent to the token-level model: the engine cancels the request with
     this id (Triton 2.51's ensemble cancellation does not reach a running step)."""

@@ -214,6 +214,7 @@ class Cluster:
                 [f"{spec.ha.host}:{r.ports[1]}" for r in self.replicas],
                 openai_ports,
                 reaper=self.reaper,
+                triton_http=[f"{spec.ha.host}:{r.ports[0]}" for r in self.replicas],
             )
             if openai_ports is not None
             else None

@@ -63,6 +63,7 @@ class FrontendProcess(ProcessGroup):
         workers: int | None = None,
         drained_file: Path | None = None,
         token_model: str | None = None,
+        triton_http: list[str] | None = None,
     ):
         self.host = host
         cmd = [
@@ -80,6 +81,7 @@ class FrontendProcess(ProcessGroup):
             *(["--workers", str(workers)] if workers else []),
             *(["--drained-file", str(drained_file)] if drained_file else []),
             *(["--token-model", token_model] if token_model else []),
+            *(["--triton-http", ",".join(triton_http)] if triton_http else []),
         ]
         super().__init__(cmd, port=port, log_path=log_path, reaper=reaper)
         self.env = {**os.environ, **(env or {})}
@@ -102,7 +104,16 @@ class Frontends:
     within `settle_s`, through a file in the work directory they re-read at each health check (it
     works from another process too: `cluster rolling-restart`); undrain() lifts it."""
 
-    def __init__(self, spec, workdir: Path, triton: list[str], ports: list[int], *, reaper: Reaper | None = None):
+    def __init__(
+        self,
+        spec,
+        workdir: Path,
+        triton: list[str],
+        ports: list[int],
+        *,
+        reaper: Reaper | None = None,
+        triton_http: list[str] | None = None,
+    ):
         self.workdir = Path(workdir)
         self.spec_path = self.workdir / "openai-spec.yaml"
         self.spec, self.triton, self.ports = spec, triton, list(ports)
@@ -117,6 +128,7 @@ class Frontends:
                 reaper=reaper,
                 workers=workers,
                 drained_file=self.drained_file,
+                triton_http=triton_http,
             )
             for i, p in enumerate(self.ports)
         ]

@@ -84,6 +84,7 @@ def main(argv=None) -> int:
             port=args.openai_port or spec.openai.port,
             host=spec.openai.bind,
             triton=[f"127.0.0.1:{grpc}"],
+            triton_http=[f"127.0.0.1:{http}"],
             reaper=reaper,
         )
     stopping = threading.Event()

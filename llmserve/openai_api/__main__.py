@@ -47,6 +47,11 @@ def _main(argv=None) -> int:
     ap.add_argument("--host", help="default: openai.bind of the spec")
     ap.add_argument("--port", type=int, help="default: openai.port of the spec")
     ap.add_argument("--triton", help="Triton gRPC endpoints, comma-separated")
+    ap.add_argument(
+        "--triton-http",
+        help="the same servers' HTTP endpoints, comma-separated, in the same order (default: localhost and the "
+        "spec's serving.http_port when --triton is not given); read with openai.token_transport: http",
+    )
     ap.add_argument("--workers", type=int, help="worker processes (default: openai.workers, else sized to the machine)")
     ap.add_argument("--reuse-port", action="store_true", help="one worker: bind with SO_REUSEPORT")
     ap.add_argument(
@@ -72,7 +77,14 @@ def _main(argv=None) -> int:
         spec = load_spec(args.spec)
         configure_from_args(args, spec)
         endpoints = args.triton.split(",") if args.triton else [f"localhost:{spec.serving.grpc_port}"]
-        settings = settings_from_spec(spec, endpoints, args.drained_file, args.token_model)
+        http_endpoints = (
+            args.triton_http.split(",")
+            if args.triton_http
+            else None
+            if args.triton
+            else [f"localhost:{spec.serving.http_port}"]
+        )
+        settings = settings_from_spec(spec, endpoints, args.drained_file, args.token_model, http_endpoints)
         workers = args.workers or (1 if args.reuse_port else spec.openai.worker_count())
         if workers < 1 or (args.reuse_port and workers > 1):
             raise ValueError(f"--workers must be >= 1 (1 with --reuse-port), got {workers}")
@@ -107,6 +119,7 @@ def _main(argv=None) -> int:
         worker_args = dict(
             spec=args.spec,
             endpoints=endpoints,
+            http_endpoints=http_endpoints,
             log_level=args.log_level,
             log_format=args.log_format,
             drained_file=args.drained_file,

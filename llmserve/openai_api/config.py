@@ -11,10 +11,17 @@ from .service import Settings
 
 
 def settings_from_spec(
-    spec: Spec, endpoints: list[str], drained_file: str | None = None, token_model_arg: str = AUTO
+    spec: Spec,
+    endpoints: list[str],
+    drained_file: str | None = None,
+    token_model_arg: str = AUTO,
+    http_endpoints: list[str] | None = None,
 ) -> Settings:
-    """token_model_arg: AUTO (the spec's openai.token_level), NONE, or the model's name."""
+    """token_model_arg: AUTO (the spec's openai.token_level), NONE, or the model's name. http_endpoints:
+    the servers' HTTP host:port (used with openai.token_transport: http, which needs them)."""
     o, e = spec.openai, spec.engine
+    if o.token_transport == "http" and not http_endpoints:
+        raise ValueError("openai.token_transport: http needs each Triton server's HTTP endpoint (--triton-http)")
     default_max = o.default_max_tokens or e.max_output_len
     if default_max > e.max_output_len:
         raise ValueError(
@@ -33,6 +40,7 @@ def settings_from_spec(
         max_attempts=o.max_attempts,
         health_interval_s=o.health_interval_s,
         drained_file=drained_file,
+        http_endpoints=list(http_endpoints) if o.token_transport == "http" else None,
         token_model=token_model(spec)
         if token_model_arg == AUTO
         else None

@@ -74,6 +74,9 @@ class Settings:
     layout the C++ backend's model behind the relay): the prompt's tokens go to it, and the text is
     decoded and stop strings matched here. None: every request goes through the ensemble."""
     skip_special_tokens: bool = True
+    http_endpoints: list[str] | None = None
+    """The same servers' HTTP host:port, in order: the token-level route reads them
+    (openai.token_transport: http); None: it reads gRPC."""
     drained_file: str | None = None
     """Endpoints listed there (one per line) get no new requests: a rolling restart is about to stop
     them (client/aio.py)."""
@@ -195,6 +198,7 @@ class Service:
             max_attempts=settings.max_attempts,
             health_interval_s=settings.health_interval_s,
             drained_file=settings.drained_file,
+            http_endpoints=settings.http_endpoints,
         )
         self.token_text = TokenText(self.builder.tok)
         tok = self.builder.tok  # end and pad tokens as preprocessing picks them

@@ -71,7 +71,9 @@ def worker_app():
     a = json.loads(os.environ[ARGS_ENV])
     spec = load_spec(a["spec"])
     configure_from_args(argparse.Namespace(log_level=a["log_level"], log_format=a["log_format"]), spec)
-    settings = settings_from_spec(spec, a["endpoints"], a.get("drained_file"), a.get("token_model", AUTO))
+    settings = settings_from_spec(
+        spec, a["endpoints"], a.get("drained_file"), a.get("token_model", AUTO), a.get("http_endpoints")
+    )
     return create_app(Service(settings), KeyCheck(settings.api_keys))
 
 

@@ -128,3 +128,15 @@ def test_read_piece_keeps_token_ids_log_probs_and_alternatives():
     p = read_piece(resp)
     assert (p.text, p.tokens, p.ids, p.logprobs) == (" ab", 2, [5, 6], [-0.5, -0.25])
     assert p.top_ids == [[5, 7, 8], [6, 9, 1]] and p.top_logprobs == [[-0.5, -1, -2], [-0.25, -3, -4]]
+
+
+def test_event_tokens_reads_scalars_lists_and_the_valid_length():
+    from llmserve.client.wire import event_tokens
+
+    assert event_tokens({"output_ids": 7, "sequence_length": 1}) == ([7], None)
+    assert event_tokens({"output_ids": [5, 6, 9], "sequence_length": 2, "output_log_probs": [-0.5, -1.0, 0.0]}) == (
+        [5, 6],
+        [-0.5, -1.0],
+    )
+    assert event_tokens({"output_ids": [3, 4]}) == ([3, 4], None)
+    assert event_tokens({"model_name": "tensorrt_llm_cpp"}) is None  # no tokens in it
