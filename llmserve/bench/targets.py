@@ -267,7 +267,7 @@ class InProcessEngine(Target):
         max_seq_len: int,
         cuda_graphs: bool,
         prefill_token_budget: int,
-        triton_kernels: bool = False,
+        triton_kernels: bool = True,
         ignore_eos: bool = False,
         threads: int = 0,
     ):

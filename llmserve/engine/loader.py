@@ -28,7 +28,7 @@ def load_model(
     max_slots: int,
     max_seq_len: int,
     cuda_graphs: bool,
-    triton_kernels: bool = False,
+    triton_kernels: bool = True,
     threads: int = 0,
     max_input_len: int | None = None,
 ) -> LlamaModel:

@@ -48,6 +48,10 @@ class Sequence:
     arrival: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")  # monotonic time after which the request is cancelled
     last_emit_at: float = float("-inf")
+    # A refusal that comes after submit() returned: an engine in another process (pipeline/engine_process.py)
+    # accepts a request without waiting for the child's answer and calls this with EngineBusy /
+    # EngineUnavailable / the child's error if it refuses. None: only an immediate refusal (a raise).
+    on_refused: Callable[[Exception], None] | None = None
 
     @property
     def position(self) -> int:  # position of the next token to feed

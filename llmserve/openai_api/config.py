@@ -18,10 +18,18 @@ def settings_from_spec(
     http_endpoints: list[str] | None = None,
 ) -> Settings:
     """token_model_arg: AUTO (the spec's openai.token_level), NONE, or the model's name. http_endpoints:
-    the servers' HTTP host:port (used with openai.token_transport: http, which needs them)."""
+    the servers' HTTP host:port (the token-level route reads them with openai.token_transport: http, the
+    default; a frontend of the ensemble only, token_model_arg NONE, needs none)."""
     o, e = spec.openai, spec.engine
-    if o.token_transport == "http" and not http_endpoints:
-        raise ValueError("openai.token_transport: http needs each Triton server's HTTP endpoint (--triton-http)")
+    streams_from = (
+        token_model(spec) if token_model_arg == AUTO else None if token_model_arg == NONE else token_model_arg
+    )
+    over_http = streams_from is not None and o.token_transport == "http"  # a frontend of the ensemble only: gRPC
+    if over_http and not http_endpoints:
+        raise ValueError(
+            "openai.token_transport: http needs each Triton server's HTTP endpoint (--triton-http host:port,..., "
+            "in the order of --triton), or set openai.token_transport: grpc"
+        )
     default_max = o.default_max_tokens or e.max_output_len
     if default_max > e.max_output_len:
         raise ValueError(
@@ -40,12 +48,8 @@ def settings_from_spec(
         max_attempts=o.max_attempts,
         health_interval_s=o.health_interval_s,
         drained_file=drained_file,
-        http_endpoints=list(http_endpoints) if o.token_transport == "http" else None,
-        token_model=token_model(spec)
-        if token_model_arg == AUTO
-        else None
-        if token_model_arg == NONE
-        else token_model_arg,
+        http_endpoints=list(http_endpoints) if over_http else None,
+        token_model=streams_from,
         skip_special_tokens=spec.tokenizer.skip_special_tokens,
     )
 

@@ -16,7 +16,14 @@ Sequence of an engine in the same process. is_cancelled() is asked here, by a po
 side, at the engine's period; a client that is gone is told to the child, which frees the request at
 its next step. If the child dies, every request in it ends with an error and health() says so.
 
-Callbacks run on the one thread that reads the child's messages, the answers to submits included: a
+submit() does not wait for the child's answer: execute() of a stub hands over a request per pipe write,
+and a refusal (the engine's queue full, the engine unhealthy, a grammar it cannot build) comes back later
+as the Sequence's on_refused call, which answers that request with the same error response as a raise
+would have. Waiting for each answer in turn held a batch of new requests for an IPC round trip each,
+through both GILs: on an H100 the stub's execute took 17-53 ms a request at 64-128 streams, most of
+the engine's TTFT inside Triton (docs/perf-gpu.md, call 19).
+
+Callbacks run on the one thread that reads the child's messages, the refusals included: a
 callback that blocks (a bounded send queue, as the stand-in's) holds every new request back, which is why
 the stand-in keeps its engine on its own thread (pipeline/standin.py)."""
 
@@ -110,22 +117,20 @@ class EngineProcess:
         self._poller.start()
 
     def submit(self, seq: Sequence) -> None:
-        """As Engine.submit: raises EngineBusy / EngineUnavailable (or the child's error) when refused."""
+        """As Engine.submit, without waiting for the child: raises EngineUnavailable when the child is
+        gone or stopping; a refusal by the child comes later, as seq.on_refused (module doc)."""
         if self._dead or self._stopping:
             raise EngineUnavailable(self._dead or "the server is shutting down")
         sid = next(self._ids)
         self._seqs[sid] = seq  # before the child can answer: its first output may come before the ack
         try:
-            refused = self._ask(
-                "ack", sid, ("submit", sid, seq.prompt, seq.params, seq.streaming, seq.key, seq.arrival)
-            )
+            self._send(("submit", sid, seq.prompt, seq.params, seq.streaming, seq.key, seq.arrival))
+        except OSError as e:
+            self._seqs.pop(sid, None)
+            raise EngineUnavailable(f"the engine process cannot be reached: {e}") from None
         except BaseException:
             self._seqs.pop(sid, None)
             raise
-        if refused is not None:
-            self._seqs.pop(sid, None)
-            kind, message = refused
-            raise {"busy": EngineBusy, "unavailable": EngineUnavailable}.get(kind, RuntimeError)(message)
 
     def compile(self, guide_type: str, guide: str) -> GuideRef:
         """Validate and compile a guide in the child (cached there); raises guided.GuideError."""
@@ -218,7 +223,10 @@ class EngineProcess:
                         self._deliver(item)
                 elif op == "state":
                     self._health, self.stats, self._last_state = msg[1], EngineStats(*msg[2]), time.monotonic()
-                elif op in ("ack", "compiled"):
+                elif op == "ack":
+                    if msg[2] is not None:
+                        self._refused(msg[1], *msg[2])
+                elif op == "compiled":
                     answer = self._answers.get((op, msg[1]))
                     if answer is not None:
                         answer.value = msg[2]
@@ -245,6 +253,23 @@ class EngineProcess:
             log.exception("the engine process's event thread ended unexpectedly")
             self._dead = "the engine process's event thread ended"
             raise
+
+    def _refused(self, sid: int, kind: str, message: str) -> None:
+        """The child refused a submit: answer that request as a raise from submit() would have."""
+        seq = self._seqs.pop(sid, None)
+        if seq is None:
+            return
+        error = {"busy": EngineBusy, "unavailable": EngineUnavailable}.get(kind, RuntimeError)(message)
+        try:
+            if seq.on_refused is not None:
+                seq.on_refused(error)
+            else:
+                seq.finish_reason, seq.error = FinishReason.ERROR, message
+                seq.on_output(seq, [], [], True, FinishReason.ERROR)
+        except Exception as e:
+            self.throttle.exception(
+                log, e, "answering a refused request failed", level=logging.WARNING, request_id=seq.key
+            )
 
     def _deliver(self, item) -> None:
         sid, emitted, generated, logprobs, top_ids, top_lps, rows, count, finished, reason, error, keep = item

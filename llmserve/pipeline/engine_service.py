@@ -87,6 +87,7 @@ class EngineService:
         key: str = "",
         backlogged: Callable[[], bool] | None = None,
         echo: dict[str, np.ndarray] | None = None,
+        refuse: Callable[[Exception], None] | None = None,
     ) -> Sequence:
         """key: the request's key (the Triton request id, or the ensemble's request_key:
         pipeline/cancellation.request_key), which a later `stop` request names to cancel this one.
@@ -94,7 +95,10 @@ class EngineService:
         postprocessing step that sees a cancel can name the generation).
         backlogged: True while an earlier response of this request still waits to be sent; streamed
         tokens are then held back and travel with the next response (coalescing by load: one
-        response per stream per send, however fast the engine steps)."""
+        response per stream per send, however fast the engine steps).
+        refuse: answers the request when the engine refuses it after this returned (an engine in a process
+        of its own does not wait for its child's answer: engine_process.py), with the exception submit
+        would otherwise have raised; None: a final error response through `send`."""
         top_k = req.params.top_logprobs
         stream = TokenStream(req.prompt if req.echo is None else req.echo, req.exclude_input_in_output, top_k)
         # streamed tokens not yet sent (backlog): ids, log-probs, top ids, top log-probs
@@ -103,6 +107,13 @@ class EngineService:
 
         def mark_stopped():
             stopped.append(True)
+
+        def refused(e: Exception) -> None:
+            self.stops.remove(key, mark_stopped)
+            if refuse is not None:
+                refuse(e)
+            else:
+                send(None, True, FinishReason.ERROR, f"{e}")
 
         def on_output(
             seq: Sequence, tokens: list[int], logprobs: list[float], finished: bool, reason: FinishReason | None
@@ -158,6 +169,7 @@ class EngineService:
             is_cancelled=is_cancelled,
             streaming=req.streaming,
             key=key,
+            on_refused=refused,
         )
         self.stops.add(key, mark_stopped)
         try:

@@ -50,11 +50,12 @@ class OpenAIFrontend(Strict):
     in the frontend's workers), not through the ensemble's Python steps: every streamed token then skips
     postprocessing, and on the tensorrtllm layout the relay too. Guided decoding and top log-probs go
     through the ensemble still. Needs serving.streaming (a decoupled token-level model)."""
-    token_transport: Literal["grpc", "http"] = "grpc"
-    """How the token-level route reads the token-level model: gRPC ModelStreamInfer, or Triton's HTTP
-    generate_stream (the frontend then needs each server's HTTP endpoint too, --triton-http; serve.sh
-    and the cluster pass it). HTTP costs the frontend less than half the CPU per streamed token
-    (docs/PERFORMANCE.md); gRPC stays the default until that is measured on a GPU host."""
+    token_transport: Literal["grpc", "http"] = "http"
+    """How the token-level route reads the token-level model: Triton's HTTP generate_stream (the frontend
+    then needs each server's HTTP endpoint too, --triton-http; serve.sh and the cluster pass it), or gRPC
+    ModelStreamInfer. HTTP costs the frontend about 0.55-0.6 of gRPC's CPU per streamed token, and gave
+    1.17x (torch layout) and 1.32-1.37x (tensorrtllm layout) the OpenAI API's tok/s on a 16-core GPU host
+    (docs/perf-gpu.md)."""
     workers: int | None = Field(default=None, ge=1, le=64)
     """Worker processes per frontend, sharing its port (uvicorn's supervisor restarts one that dies;
     /metrics adds up all of them). One process handles about one core's worth of streams

@@ -1,6 +1,7 @@
 """tensorrt_llm (engine: torch): the token-level contract over llmserve's in-flight batching engine.
 
-Decoupled: execute() only validates and enqueues; the engine thread hands each response to the
+Decoupled: execute() only validates and enqueues (an engine in a process of its own is not waited for
+either: a refusal it sends later gets the same error response, `refuse`); the engine thread hands each response to the
 send threads (pipeline/triton_glue.SendQueue), so no step waits for an IPC round trip. Every
 request is handled on its own: one that fails (a bad input, a full queue, anything unexpected)
 gets its own error and never fails its batch neighbours. A request with `stop` true cancels the
@@ -67,7 +68,9 @@ class TritonPythonModel:
                 req = self.service.parse(read)
                 key = request_key(read, request.request_id())  # the ensemble's key, else the request id
                 echo = {REQUEST_KEY: key_tensor(key)} if read(REQUEST_KEY) is not None else None
-                self.service.submit(req, send, send.is_cancelled, key=key, backlogged=send.backlogged, echo=echo)
+                self.service.submit(
+                    req, send, send.is_cancelled, key=key, backlogged=send.backlogged, echo=echo, refuse=send.fail
+                )
             except Exception as e:  # this request only; its neighbours in the batch go on
                 send.fail(e)
         return None
@@ -95,7 +98,14 @@ class TritonPythonModel:
                     continue
                 req = self.service.parse(read)
                 req.streaming = False
-                self.service.submit(req, send, lambda: False, key=request_key(read, request.request_id()))
+
+                def refuse(e, i=i, event=event):  # refused by the engine process after submit returned
+                    responses[i] = error_response(pb_utils, e)
+                    event.set()
+
+                self.service.submit(
+                    req, send, lambda: False, key=request_key(read, request.request_id()), refuse=refuse
+                )
                 done.append(event)
             except Exception as e:  # this request only
                 responses[i] = error_response(pb_utils, e)

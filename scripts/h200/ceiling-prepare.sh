@@ -3,7 +3,7 @@
 #   bash scripts/h200/ceiling-prepare.sh [BASE_COMMIT]
 # Fills build/h17 (ignored; carry it, about 60 MiB with the tree): what scripts/h200/prepare.sh puts there
 # (trimmed pytriton, wheels, numpy for the stubs, tokenizer), the OpenAI frontend's wheels for Python 3.12
-# (the GPU image lacks fastapi, starlette, uvicorn), and two trees side by side, each with its own
+# (the GPU image lacks fastapi, starlette, uvicorn; aiohttp for the HTTP token transport), and two trees side by side, each with its own
 # rendered repositories of bench-1b.yaml (torch layout) and bench-1b-trtllm.yaml (tensorrtllm layout,
 # stand-in): after = this working tree, base = BASE_COMMIT (default: main) plus engine/null_model.py,
 # so the "before" runs the same null engine. The device runs: bash build/h17/after/scripts/h200/ceiling.sh
@@ -16,6 +16,8 @@ H=${H:-build/h17}  # another folder (H=build/h17x) leaves build/h17 to another r
 bash scripts/h200/prepare.sh $H
 rm -rf $H/model_repository*  # each tree renders its own below
 PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d $H/whl"
+# aiohttp and its own: the frontend's HTTP token transport (openai.token_transport: http), workers.sh TRANSPORTS
+$PIP aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1
 $PIP fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 opentelemetry-api==$(python3 -m pip show opentelemetry-api 2>/dev/null | sed -n 's/^Version: //p' || echo 1.39.1)
 rm -f $H/whl/perf_analyzer-*.whl  # not used here: room for the trees
 rm -rf $H/after $H/base && mkdir -p $H/after $H/base

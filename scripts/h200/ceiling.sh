@@ -93,7 +93,7 @@ smoke() {  # two requests first: a layout that cannot serve is reported, not ben
     --out $W/smoke-$2-$1 > $W/smoke-$2-$1.log 2>&1 || { echo "SMOKE FAILED $2 $1"; tail -n 20 $W/smoke-$2-$1.log; return 1; }
 }
 openai() {  # openai TAG TREE CONCS: the OpenAI frontend of TREE (one process) on the running server
-  (cd $H/$2 && exec python3 -m llmserve.openai_api --spec scripts/h200/bench-1b.yaml --port 19000 --triton localhost:18001 \
+  (cd $H/$2 && exec python3 -m llmserve.openai_api --spec scripts/h200/bench-1b.yaml --port 19000 --triton localhost:18001 --triton-http localhost:18000 \
     > $W/openai-$1.log 2>&1) &
   local fpid=$!
   for _ in $(seq 60); do curl -sf localhost:19000/health > /dev/null && break; sleep 0.5; done

@@ -67,7 +67,7 @@ if has b; then
   stamp "(b) engine in-process"
   timeout ${B_TIMEOUT:-120} $BENCH --targets engine $ENGINE --concurrency ${CONC_B:-$CONC} --duration $DUR \
     --label "engine, this tree" --out $W/b
-  for spec in ${B_SPECS:-}; do  # more specs of the same model, e.g. scripts/h200/bench-1b-kernels.yaml
+  for spec in ${B_SPECS:-}; do  # more specs of the same model, e.g. scripts/h200/bench-1b-nokernels.yaml
     name=$(basename $spec .yaml)
     timeout ${B_TIMEOUT:-120} python3 tools/bench.py ${BENCH_ARGS/--spec $SPEC/--spec $spec} --targets engine $ENGINE \
       --concurrency ${CONC_B:-$CONC} --duration $DUR --label "engine, $name" --out $W/b-$name

@@ -79,8 +79,8 @@ variants = {
         sdpa=False, fused_rope=False, fused_norm=False, kernels=False
     ),
     "+ SDPA attention, fused q/k rotary": GraphOptions(sdpa=True, fused_rope=True, fused_norm=False, kernels=False),
-    "+ F.rms_norm (default)": GraphOptions(),
-    "+ Triton kernels (engine.torch.triton_kernels)": GraphOptions(kernels=True),
+    "+ F.rms_norm (triton_kernels: false)": GraphOptions(kernels=False),
+    "+ Triton kernels (engine.torch.triton_kernels, the default)": GraphOptions(kernels=True),
     "+ torch.compile of the body": GraphOptions(compile=True),
 }
 if os.environ.get("PROFILE_NO_COMPILE"):

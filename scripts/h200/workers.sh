@@ -7,7 +7,7 @@
 # (the ones that matter most first, should the call run out of time):
 #   torch layout: ensemble, then the OpenAI API as
 #     w1   one process (--workers 1)
-#     wN   --workers N for N in WORKERS (uvicorn's supervisor, one shared socket)
+#     hN   --workers N for N in WORKERS (uvicorn's supervisor, one shared socket); wN the same over gRPC
 #     rpN  N single-worker frontends with --reuse-port (the kernel spreads connections)
 #   tensorrtllm layout (relay + stand-in): ensemble; the null engine in-process.
 # Knobs: CONC, WORKERS, REUSE, CLIENTS, DUR; INTERLEAVE=1 (the OpenAI points alternate ensemble and openai
@@ -15,11 +15,18 @@
 # TORCH_ENVS (";"-separated variable sets for extra torch-layout servers, "-" for none: the first is the
 # one the OpenAI points use); OPENAI=0, TRTLLM=0, ENGINE=0 skip those parts; PROBE=1 prints the engine
 # stub's CPU seconds per thread over each point (py-spy names the Python threads).
-# The OpenAI points read the token-level model themselves (wN; openai.token_level), and with VIA_ENSEMBLE=1 (the
+# The OpenAI points read the token-level model themselves (hN, wN; openai.token_level), and with VIA_ENSEMBLE=1 (the
 # default) the same frontend through the ensemble too (eN, --token-model none). W1=0 skips the one-process frontend; for the tensorrtllm layout TRTLLM_TARGETS (space-separated, default
 # ensemble; tensorrt_llm_cpp reads the stand-in itself, token-level, from CLIENTS processes), TRTLLM_WORKERS (OpenAI frontends with that many workers on it) and TRTLLM_REPOS (the rendered
 # tensorrtllm-layout repositories to run, one server each; default model_repository-trtllm), TRTLLM_TREES
 # ("base after": the same repositories, and the OpenAI frontend, of the base commit first, so one call compares the two).
+# TRANSPORTS (space-separated, default http): how the token-level OpenAI points read the engine model, one
+# frontend per transport and worker count: http (hN: openai.token_transport http, the default) or grpc (wN,
+# bench-1b-grpc.yaml).
+# REAL_TORCH=1: the torch-layout server runs the real engine (random 1.07B bf16 weights, make_weights.py: CUDA
+# graphs, the Triton kernels) instead of the null one, for what users run; the tensorrtllm layout stays null.
+# TRTLLM_EXTRAS (";"-separated, "-" for none): tritonserver flag sets, each running the tensorrtllm repositories
+# once more (tag -x1, -x2...), e.g. "-;--http-thread-count=32".
 # The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
 # one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
 set -uo pipefail
@@ -47,6 +54,7 @@ mkdir -p /tmp/site && tar -xJf $H/pytriton-trim.tar.xz -C /tmp/site &&
 (cd $H/after && bash scripts/h200/stub_venv.sh python3 $ROOT/$H/stubwhl/numpy-1.26.4-cp312-*.whl /tmp/stub-after $ROOT/$H/whl/*.whl) || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc; date -u
+if [ "${REAL_TORCH:-0}" = 1 ]; then python3 $H/after/scripts/h200/make_weights.py $H/tokenizer $CKPT || exit 1; else
 python3 - $H/tokenizer $CKPT <<'PY' || exit 1
 import shutil, sys
 from pathlib import Path
@@ -60,6 +68,7 @@ LlamaConfig(vocab_size=len(tok), hidden_size=2048, intermediate_size=8192, num_h
 for f in tok_dir.iterdir():
     shutil.copy2(f, out / f.name)
 PY
+fi
 
 export PYTHONPATH=/tmp/site:$ROOT/$H/after
 if [ "${TRTLLM:-1}" = 1 ]; then  # the stand-in reads xgrammar's tokenizer info, which an engine build writes (none here)
@@ -81,7 +90,8 @@ up() {  # up REPO TAG [VAR=VALUE...]: the variables go to tritonserver and its s
   local repo=$1 tag=$2; shift 2
   stamp "tritonserver: $tag $*"
   local tree=${TREE:-after}  # TREE=base: the prepared base commit's code and repositories
-  (cd $H/$tree && env PYTHONPATH=/tmp/site:$ROOT/$H/$tree LLMSERVE_NULL_STEP_MS=$STEP "$@" \
+  local null=(LLMSERVE_NULL_STEP_MS=$STEP); [ "${REAL:-0}" = 1 ] && null=()  # REAL=1: the real engine
+  (cd $H/$tree && env PYTHONPATH=/tmp/site:$ROOT/$H/$tree "${null[@]}" "$@" \
     /tmp/stub-after/bin/python3 scripts/h200/triton_up.py $ROOT/$H/$tree/repos/$repo 18000 18001 18002 $W/triton-$tag.log) || { tail -n 40 $W/triton-$tag.log; return 1; }
   TPID=$(cat $W/triton-$tag.log.pid)
 }
@@ -186,7 +196,15 @@ openai_variant() {  # openai_variant TAG TOP ARGS...: frontend(s) started by one
   for _ in $(seq 20); do (echo > /dev/tcp/127.0.0.1/19000) 2>/dev/null || break; sleep 0.5; done
   ls /tmp/llmserve-openai-19000-metrics 2>/dev/null && echo "LEFT: metric files of $tag"
 }
-FRONTEND="python3 -m llmserve.openai_api --spec scripts/h200/bench-1b.yaml --port 19000 --triton localhost:18001"
+FRONTEND="python3 -m llmserve.openai_api --spec scripts/h200/bench-1b.yaml --port 19000 --triton localhost:18001 --triton-http localhost:18000"
+FRONTEND_GRPC="python3 -m llmserve.openai_api --spec scripts/h200/bench-1b-grpc.yaml --port 19000 --triton localhost:18001"
+token_variants() {  # token_variants TAG N TOP [ARGS...]: the token-level frontend with N workers, once per transport
+  local tag=$1 n=$2 top=$3; shift 3
+  for tr in ${TRANSPORTS:-http}; do
+    if [ $tr = grpc ]; then openai_variant ${tag}w$n $top $FRONTEND_GRPC --workers $n "$@"
+    else openai_variant ${tag}h$n $top $FRONTEND --workers $n "$@"; fi
+  done
+}
 
 # TORCH_ENVS: ;-separated variable sets, one torch-layout server each ("-": none), e.g. "-;OMP_NUM_THREADS=1";
 # the OpenAI variants run on the first only (OPENAI=0: not at all), TORCH_TARGETS at every CONC on each.
@@ -200,12 +218,12 @@ for i in "${!ENVS[@]}"; do
   fi
 done
 vars=${ENVS[0]}; [ "$vars" = - ] && vars=""
-if [ "${TORCH:-1}" = 1 ] && up model_repository torch $vars; then  # TORCH=0: the tensorrtllm layout only
+if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up model_repository torch $vars; then  # TORCH=0: the tensorrtllm layout only
   for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch $t $c; done; done
   if [ "${OPENAI:-1}" = 1 ]; then
     [ "${W1:-1}" = 1 ] && openai_variant w1 tensorrt_llm $FRONTEND --workers 1
     for n in ${WORKERS//,/ }; do
-      openai_variant w$n tensorrt_llm $FRONTEND --workers $n  # the token-level path (openai.token_level)
+      token_variants "" $n tensorrt_llm  # the token-level path (openai.token_level)
       [ "${VIA_ENSEMBLE:-1}" = 1 ] && openai_variant e$n ensemble $FRONTEND --workers $n --token-model none
     done
     for n in ${REUSE//,/ }; do
@@ -214,20 +232,24 @@ if [ "${TORCH:-1}" = 1 ] && up model_repository torch $vars; then  # TORCH=0: th
   fi
   down
 fi
+IFS=';' read -ra EXTRAS <<< "${TRTLLM_EXTRAS:--}"
+for x in "${!EXTRAS[@]}"; do
+extra=${EXTRAS[$x]}; [ "$extra" = - ] && extra=""
 for TREE in ${TRTLLM_TREES:-after}; do  # TRTLLM_TREES="base after": the base commit's tensorrtllm layout too
 for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_repository-trtllm model_repository-trtllm-st4"
-  tag=trtllm${repo#model_repository-trtllm}; [ $TREE = after ] || tag=$TREE-$tag
-  if [ "${TRTLLM:-1}" = 1 ] && up $repo $tag; then
+  tag=trtllm${repo#model_repository-trtllm}; [ $TREE = after ] || tag=$TREE-$tag; [ $x = 0 ] || tag=$tag-x$x
+  if [ "${TRTLLM:-1}" = 1 ] && up $repo $tag "TRITON_EXTRA=$extra"; then
     for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do
       if [ $t = tensorrt_llm_cpp ]; then backend_point $tag $c; else point $tag $t $c; fi
     done; done
     for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too (bench-1b.yaml: the model name the
       # bench asks for; so the token-level model is named: the C++ backend's, past the relay)
-      openai_variant $tag-w$n tensorrt_llm_cpp $FRONTEND --workers $n --token-model tensorrt_llm_cpp
+      token_variants $tag- $n tensorrt_llm_cpp --token-model tensorrt_llm_cpp
       [ "${VIA_ENSEMBLE:-1}" = 1 ] && openai_variant $tag-e$n ensemble $FRONTEND --workers $n --token-model none
     done
     down
   fi
+done
 done
 done
 TREE=after

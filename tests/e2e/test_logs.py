@@ -55,7 +55,9 @@ def stack(tmp_path_factory):
     engine_py = repo / "tensorrt_llm" / "1" / "model.py"
     engine_py.write_text(engine_py.read_text() + FAULT)
     server = start_server(SPEC, work, repository=repo, extra=["--log-verbose=1"])
-    frontend = FrontendProcess(SPEC, port=free_ports(1)[0], triton=[server.grpc], log_path=work / "frontend.log")
+    frontend = FrontendProcess(
+        SPEC, port=free_ports(1)[0], triton=[server.grpc], triton_http=[server.http], log_path=work / "frontend.log"
+    )
     try:
         frontend.start().wait_ready(300)
         yield server, frontend

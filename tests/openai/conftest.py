@@ -74,7 +74,11 @@ def stack(tmp_path_factory):
         for i in range(2)
     ]
     frontend = FrontendProcess(
-        DEFAULT, port=ports[6], triton=[f"127.0.0.1:{s.grpc_port}" for s in servers], log_path=work / "frontend.log"
+        DEFAULT,
+        port=ports[6],
+        triton=[f"127.0.0.1:{s.grpc_port}" for s in servers],
+        triton_http=[f"127.0.0.1:{s.http_port}" for s in servers],
+        log_path=work / "frontend.log",
     )
     try:
         for s in servers:
@@ -103,7 +107,13 @@ def one_server_stack(work):
         admin_key=ADMIN_KEY,
         log_path=work / "triton.log",
     )
-    frontend = FrontendProcess(DEFAULT, port=port, triton=[f"127.0.0.1:{grpc}"], log_path=work / "frontend.log")
+    frontend = FrontendProcess(
+        DEFAULT,
+        port=port,
+        triton=[f"127.0.0.1:{grpc}"],
+        triton_http=[f"127.0.0.1:{http}"],
+        log_path=work / "frontend.log",
+    )
     try:
         server.start()
         server.wait_ready(600)

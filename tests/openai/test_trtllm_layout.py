@@ -27,7 +27,11 @@ def clients(tiny_server, trtllm_server, tmp_path_factory):
     servers = {"torch": tiny_server, "tensorrtllm": trtllm_server}
     frontends = {
         layout: FrontendProcess(
-            SPECS[layout], port=port, triton=[servers[layout].grpc], log_path=work / f"frontend-{layout}.log"
+            SPECS[layout],
+            port=port,
+            triton=[servers[layout].grpc],
+            triton_http=[servers[layout].http],
+            log_path=work / f"frontend-{layout}.log",
         )
         for layout, port in zip(SPECS, free_ports(2))
     }

@@ -71,7 +71,9 @@ def complete(port: int) -> int:
 def frontend(tiny_server, tmp_path_factory):
     port = free_ports(1)[0]
     log = tmp_path_factory.mktemp("workers") / "frontend.log"
-    f = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=log, workers=WORKERS)
+    f = FrontendProcess(
+        TINY, port=port, triton=[tiny_server.grpc], triton_http=[tiny_server.http], log_path=log, workers=WORKERS
+    )
     f.log = log
     try:
         f.start().wait_ready(300)
@@ -160,7 +162,14 @@ def test_a_killed_supervisor_takes_its_workers_and_the_next_start_clears_its_fil
     """SIGKILL of the supervisor alone (not its process group): its workers end with it (PR_SET_PDEATHSIG),
     and the metric files it leaves are cleared by the next frontend on that port."""
     port = free_ports(1)[0]
-    f = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=tmp_path / "a.log", workers=2)
+    f = FrontendProcess(
+        TINY,
+        port=port,
+        triton=[tiny_server.grpc],
+        triton_http=[tiny_server.http],
+        log_path=tmp_path / "a.log",
+        workers=2,
+    )
     f.log = tmp_path / "a.log"
     try:
         f.start().wait_ready(300)
@@ -175,7 +184,14 @@ def test_a_killed_supervisor_takes_its_workers_and_the_next_start_clears_its_fil
         assert list(metrics_dir(port).glob("*.db")), "the killed frontend's files should still be there"
     finally:
         f.stop()
-    g = FrontendProcess(TINY, port=port, triton=[tiny_server.grpc], log_path=tmp_path / "b.log", workers=2)
+    g = FrontendProcess(
+        TINY,
+        port=port,
+        triton=[tiny_server.grpc],
+        triton_http=[tiny_server.http],
+        log_path=tmp_path / "b.log",
+        workers=2,
+    )
     try:
         g.start().wait_ready(300)
         assert metric(port, "llmserve_api_request_success_total") == 0  # not the killed frontend's count

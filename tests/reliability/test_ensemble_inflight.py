@@ -237,7 +237,11 @@ def test_cancelled_streams_leave_nothing_in_flight_and_sigterm_is_fast(layout, t
         ports = free_ports(2)
         for port, via in zip(ports, (None, "none")):
             log = tmp_path / f"frontend-{via or 'token-level'}.log"
-            frontends.append(FrontendProcess(spec, port=port, triton=[server.grpc], log_path=log, token_model=via))
+            frontends.append(
+                FrontendProcess(
+                    spec, port=port, triton=[server.grpc], triton_http=[server.http], log_path=log, token_model=via
+                )
+            )
         for frontend in frontends:
             frontend.start().wait_ready(timeout_s=300)
         model = yaml.safe_load(spec.read_text())["name"]

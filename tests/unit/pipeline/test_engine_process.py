@@ -12,7 +12,7 @@ import pytest
 
 from llmserve.engine.null_model import NULL_STEP_ENV
 from llmserve.engine.sampling import SamplingParams
-from llmserve.errors import EngineUnavailable, RequestError
+from llmserve.errors import EngineBusy, EngineUnavailable, RequestError
 from llmserve.finish import FinishReason
 from llmserve.pipeline.engine_service import separate_process
 from llmserve.request.guided import Guide
@@ -126,6 +126,27 @@ def test_a_stop_ends_the_request_with_what_it_generated(slow):
     assert slow.stop("llmserve-7")
     assert client.done.wait(60)
     assert client.final == (None, None) and 0 < len(client.got) < 30  # a normal final response
+
+
+def test_a_full_queue_refuses_after_submit_returned_and_the_others_are_served(slow):
+    """submit() does not wait for the child: the request the child's full queue refuses is answered
+    through `refuse` with the EngineBusy a raise would have carried; every other request completes, and
+    a stop for the refused one's key finds nothing."""
+    n = 2 + 8 + 3  # two running (max_batch_size), eight waiting (max_queue_size), three over
+    clients, refusals = [_Client() for _ in range(n)], {}
+    for i, client in enumerate(clients):
+        slow.submit(
+            _request(3), client, lambda: False, key=f"full-{i}", refuse=lambda e, i=i: refusals.setdefault(i, e)
+        )
+    assert _until(lambda: len(refusals) + sum(c.done.is_set() for c in clients) == n, 120)
+    assert refusals, "some request should have found the queue full"
+    assert all(isinstance(e, EngineBusy) and "max_queue_size" in str(e) for e in refusals.values())
+    for i, client in enumerate(clients):
+        if i in refusals:
+            assert client.responses == 0  # answered by refuse alone
+            assert not slow.stop(f"full-{i}")  # its stop registration went with it
+        else:
+            assert client.final == (None, None) and len(client.got) == 3
 
 
 def test_a_bad_guide_is_refused_before_the_engine_and_a_good_one_is_compiled_there(separate):
