@@ -23,7 +23,8 @@
 # TRANSPORTS (space-separated, default http): how the token-level OpenAI points read the engine model, one
 # frontend per transport and worker count: http (hN: openai.token_transport http, the default) or grpc (wN,
 # bench-1b-grpc.yaml).
-# REAL_TORCH=1: the torch-layout server runs the real engine (random 1.07B bf16 weights, make_weights.py: CUDA
+# TORCH_TREES ("base after"): the torch layout of the base tree too, before this tree's (its OpenAI points: after only).
+# REAL_TORCH=1: the torch-layout server (and ENGINE's in-process run) uses the real engine (random 1.07B bf16 weights, make_weights.py: CUDA
 # graphs, the Triton kernels) instead of the null one, for what users run; the tensorrtllm layout stays null.
 # TRTLLM_EXTRAS (";"-separated, "-" for none): tritonserver flag sets, each running the tensorrtllm repositories
 # once more (tag -x1, -x2...), e.g. "-;--http-thread-count=32".
@@ -218,9 +219,11 @@ for i in "${!ENVS[@]}"; do
   fi
 done
 vars=${ENVS[0]}; [ "$vars" = - ] && vars=""
-if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up model_repository torch $vars; then  # TORCH=0: the tensorrtllm layout only
-  for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch $t $c; done; done
-  if [ "${OPENAI:-1}" = 1 ]; then
+for TREE in ${TORCH_TREES:-after}; do  # TORCH_TREES="base after": the base commit's torch layout first
+ttag=torch; [ $TREE = after ] || ttag=$TREE-torch
+if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up model_repository $ttag $vars; then  # TORCH=0: the tensorrtllm layout only
+  for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point $ttag $t $c; done; done
+  if [ "${OPENAI:-1}" = 1 ] && [ $TREE = after ]; then
     [ "${W1:-1}" = 1 ] && openai_variant w1 tensorrt_llm $FRONTEND --workers 1
     for n in ${WORKERS//,/ }; do
       token_variants "" $n tensorrt_llm  # the token-level path (openai.token_level)
@@ -232,6 +235,8 @@ if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up model_repository torch $var
   fi
   down
 fi
+done
+TREE=after
 IFS=';' read -ra EXTRAS <<< "${TRTLLM_EXTRAS:--}"
 for x in "${!EXTRAS[@]}"; do
 extra=${EXTRAS[$x]}; [ "$extra" = - ] && extra=""
@@ -254,7 +259,12 @@ done
 done
 TREE=after
 
-if [ "${ENGINE:-1}" = 1 ]; then
+if [ "${ENGINE:-1}" = 1 ] && [ "${REAL_TORCH:-0}" = 1 ]; then  # the real engine in-process: goal 3's yardstick
+  stamp "real engine in-process (cuda, bf16)"
+  timeout 150 $BENCH --targets engine --engine-device cuda --engine-dtype bfloat16 --engine-max-slots 128 \
+    --engine-max-seq-len 512 --concurrency $CONC --out $W/b-null-engine > $W/log-null-engine 2>&1
+  tail -n 6 $W/log-null-engine
+elif [ "${ENGINE:-1}" = 1 ]; then
   stamp "null engine in-process, step $STEP ms"
   LLMSERVE_NULL_STEP_MS=$STEP timeout 120 $BENCH --targets engine --engine-device cpu --engine-max-slots 256 \
     --engine-max-seq-len 512 --concurrency $CONC --out $W/b-null-engine > $W/log-null-engine 2>&1
