@@ -69,9 +69,10 @@ class GraphOptions:
     """Rotate q and k together (one set of rotary kernels a layer instead of two)."""
     fused_norm: bool = True
     """RMSNorm through F.rms_norm (a fused kernel where torch has one) instead of written-out ops."""
-    kernels: bool = False
+    kernels: bool = True
     """(engine.torch.triton_kernels) The fused Triton kernels of kernels.py (residual add + RMSNorm, rotary + KV write, SiLU x up)
-    where Triton runs (kernels.available: a CUDA device); the torch ops otherwise."""
+    where Triton runs (kernels.available: a CUDA device); the torch ops otherwise. 1.25-1.29x the engine on an
+    H100 (docs/perf-gpu.md, call 17)."""
     compile: bool = False
     """torch.compile the step body (inductor fuses the norms, rotary and elementwise ops into few
     kernels) before capturing it: fewer, larger kernels per step, at a compile of about a minute.

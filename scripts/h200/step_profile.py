@@ -5,7 +5,9 @@
    host wall time of a whole DecodeGraphs.step() (copy in, replay, read-back, sync).
 2. Eager prefill of n prompts of 128 tokens (wall, synchronised, median of 10).
 3. The engine's own steady state at 64 and 128 streams (no end ids, 128 in / 128 out): wall time per
-   step split into prefill / decode / accept (host), from timers around the engine's methods."""
+   step split into prefill / decode / accept (host), from timers around the engine's methods.
+4. The default decode body's GPU time per kernel name at B=64 (eager under torch.profiler; PROFILE_NO_KERNELS=1
+   skips it): what the next fusion should take."""
 
 import json
 import os
@@ -218,4 +220,41 @@ for conc in (64, 128):
     print(json.dumps(r), flush=True)
 results["engine"] = eng_rows
 results["graph_options_default"] = asdict(GraphOptions())
+
+
+# 4. what the default step's GPU time is made of: the decode body run eagerly (the kernels a graph replays,
+# without its launch gaps) under torch.profiler at B=64, kv bucket 256; GPU time per kernel name per step
+def kernel_table() -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    g = DecodeGraphs(m, capture=False, options=GraphOptions())
+    for _ in range(3):
+        g._run(64, 256)
+    sync()
+    STEPS = 10
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(STEPS):
+            g._run(64, 256)
+        sync()
+    per = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            per.append({"kernel": e.key[:120], "calls_per_step": e.count / STEPS, "us_per_step": round(us / STEPS, 1)})
+    per.sort(key=lambda r: -r["us_per_step"])
+    total = sum(r["us_per_step"] for r in per)
+    results["kernels_b64"] = {"gpu_us_per_step": round(total, 1), "fused": g.fused, "top": per[:25]}
+    print(f"kernel time per eager step, B=64: {total:.0f} us (fused: {g.fused})", flush=True)
+    for r in per[:25]:
+        print(
+            f"  {r['us_per_step']:8.1f} us {100 * r['us_per_step'] / total:5.1f}% x{r['calls_per_step']:g} {r['kernel']}"
+        )
+
+
+if GPU and not os.environ.get("PROFILE_NO_KERNELS"):
+    try:
+        kernel_table()
+    except Exception as e:  # noqa: BLE001 (the sections above are written out all the same)
+        results["kernels_b64"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        print(results["kernels_b64"], flush=True)
 json.dump(results, open(out_path, "w"), indent=2)
