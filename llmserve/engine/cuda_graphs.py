@@ -73,6 +73,9 @@ class GraphOptions:
     """(engine.torch.triton_kernels) The fused Triton kernels of kernels.py (residual add + RMSNorm, rotary + KV write, SiLU x up)
     where Triton runs (kernels.available: a CUDA device); the torch ops otherwise. 1.25-1.29x the engine on an
     H100 (docs/perf-gpu.md, call 17)."""
+    attention_kernel: bool = True
+    """With `kernels`: attention in kernels.decode_attention (each row reads only its own keys) instead of
+    SDPA with a boolean mask over the kv bucket (scripts/h200/step_profile.py times both)."""
     compile: bool = False
     """torch.compile the step body (inductor fuses the norms, rotary and elementwise ops into few
     kernels) before capturing it: fewer, larger kernels per step, at a compile of about a minute.
@@ -174,20 +177,24 @@ class DecodeGraphs:
 
     def _body_fused(self, B: int, kb: int) -> tuple[torch.Tensor, torch.Tensor]:
         """_body with the kernels of kernels.py: per layer two GEMMs around attention, two around the
-        MLP, SDPA, and three fused kernels (the same function; float32 inside each kernel)."""
+        MLP, and four fused kernels (attention among them, or SDPA) (the same function; float32 inside each kernel)."""
         m, cfg, w = self.m, self.m.cfg, self.m.w
         nh, nkv, hd, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         tokens, positions = self.inputs[0, :B], self.inputs[1, :B]
         x = F.embedding(tokens, w["embed_tokens.weight"])  # [B, H], the residual stream (updated in place)
         cos, sin = m.cos[positions], m.sin[positions]  # [B, D]
-        visible = (torch.arange(kb, device=tokens.device).view(1, kb) <= positions.view(B, 1)).view(B, 1, 1, kb)
+        if not self.options.attention_kernel:
+            visible = (torch.arange(kb, device=tokens.device).view(1, kb) <= positions.view(B, 1)).view(B, 1, 1, kb)
         h = kernels.add_rms_norm(x, None, w["layers.0.input_layernorm.weight"], eps)
         for i in range(cfg.num_layers):
             p = f"layers.{i}."
             qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
             q = kernels.rope_kv(qkv, cos, sin, positions, m.k_cache[i], m.v_cache[i], nh, nkv)
-            keys, values = m.k_cache[i][:B, :, :kb], m.v_cache[i][:B, :, :kb]
-            a = F.scaled_dot_product_attention(q.view(B, nkv, nh // nkv, hd), keys, values, attn_mask=visible)
+            if self.options.attention_kernel:
+                a = kernels.decode_attention(q, m.k_cache[i], m.v_cache[i], positions, kb)
+            else:
+                keys, values = m.k_cache[i][:B, :, :kb], m.v_cache[i][:B, :, :kb]
+                a = F.scaled_dot_product_attention(q.view(B, nkv, nh // nkv, hd), keys, values, attn_mask=visible)
             h = kernels.add_rms_norm(
                 x,
                 F.linear(a.reshape(B, nh * hd), w[p + "self_attn.o_proj.weight"]),

@@ -8,9 +8,12 @@ microseconds. Three kernels replace most of them:
   casts, the norm and the weight multiply);
 * `rope_kv`: rotary embedding of q and k, and the k/v writes into the slot cache, in one kernel
   (was a negate, a concat, two multiplies, an add and two index_put per layer);
-* `silu_mul`: SiLU(gate) * up (was two kernels).
+* `silu_mul`: SiLU(gate) * up (was two kernels);
+* `decode_attention`: one query per row against its own keys only (SDPA took a boolean mask over the
+  whole kv bucket, turned it into a float bias every layer: 22 % of the step, plus a `where` and two
+  fills a layer, on an H100 in docs/perf-gpu.md, call 21).
 
-The GEMMs and attention stay with cuBLAS and SDPA. Each kernel computes in float32 and rounds once
+The GEMMs stay with cuBLAS. Each kernel computes in float32 and rounds once
 to the activation dtype, where the torch ops round after every op: the outputs agree to bf16
 rounding, not bit for bit (tests/unit/engine/test_kernels.py checks them against the torch ops,
 on a CPU through Triton's interpreter).
@@ -98,4 +101,47 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     block = 1024
     k = _kernels()
     k.silu_mul[(rows, k.triton.cdiv(n, block))](gate_up, out, n, BLOCK=block)
+    return out
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    positions: torch.Tensor,
+    kb: int,
+    block_n: int = 64,
+    num_warps: int = 4,
+) -> torch.Tensor:
+    """Attention of one query per row: q [B, nh, hd] (row r is cache slot r) against the keys and values
+    of k_cache/v_cache [slots, nkv, positions, hd] at positions 0..min(positions[r], kb - 1); grouped
+    query heads share their kv head (head h reads kv head h // (nh // nkv)). Returns [B, nh, hd].
+    block_n (keys per block) and num_warps: the tile, timed against others by scripts/h200/step_profile.py."""
+    B, nh, hd = q.shape
+    nkv = k_cache.shape[1]
+    if q.stride(2) != 1 or q.stride(1) != hd or k_cache.stride(2) != hd or k_cache.stride(3) != 1:
+        raise ValueError("decode_attention needs q's heads and the cache's positions laid out contiguously")
+    if k_cache.stride() != v_cache.stride() or nh % nkv:
+        raise ValueError("decode_attention needs the k and v caches laid out alike and nh a multiple of nkv")
+    out = torch.empty_like(q)
+    k = _kernels()
+    g_pad = max(16, k.triton.next_power_of_2(nh // nkv))
+    scale_log2 = 1.4426950408889634 / hd**0.5  # softmax by exp2: 1/sqrt(hd) times log2(e)
+    k.decode_attention[(B, nkv)](
+        q,
+        k_cache,
+        v_cache,
+        positions,
+        out,
+        kb,
+        scale_log2,
+        k_cache.stride(0),
+        k_cache.stride(1),
+        NH=nh,
+        NKV=nkv,
+        HD=hd,
+        G_PAD=g_pad,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+    )
     return out

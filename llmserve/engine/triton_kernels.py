@@ -76,3 +76,52 @@ def silu_mul(gu_ptr, out_ptr, n, BLOCK: tl.constexpr):
     u = tl.load(gu_ptr + row * 2 * n + n + cols, mask=mask, other=0.0).to(tl.float32)
     out = g * tl.sigmoid(g) * u
     tl.store(out_ptr + row * n + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def decode_attention(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    pos_ptr,
+    o_ptr,
+    kb,
+    scale_log2,
+    slot_stride,
+    head_stride,
+    NH: tl.constexpr,
+    NKV: tl.constexpr,
+    HD: tl.constexpr,
+    G_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # One program per (row, kv head): the group's query heads against that head's keys 0..pos (an online
+    # softmax over blocks of BLOCK_N keys). The group is padded to G_PAD rows, the least tl.dot takes.
+    row, kv = tl.program_id(0), tl.program_id(1)
+    G: tl.constexpr = NH // NKV
+    g = tl.arange(0, G_PAD)
+    d = tl.arange(0, HD)
+    heads = (row * NH + kv * G + g[:, None]) * HD + d[None, :]
+    q = tl.load(q_ptr + heads, mask=g[:, None] < G, other=0.0)
+    # Keys at positions <= the row's own (its new key is already in the cache); padding rows sit at the
+    # scratch position past every bucket and read the whole bucket, as SDPA's mask let them.
+    n = tl.minimum(tl.load(pos_ptr + row) + 1, kb)
+    base = row * slot_stride + kv * head_stride
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, HD], tl.float32)
+    for start in range(0, n, BLOCK_N):
+        offs = start + tl.arange(0, BLOCK_N)
+        live = offs < n
+        at = base + offs[:, None] * HD + d[None, :]
+        k = tl.load(k_ptr + at, mask=live[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale_log2  # [G_PAD, BLOCK_N], log2 units
+        s = tl.where(live[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + at, mask=live[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    tl.store(o_ptr + heads, (acc / l_i[:, None]).to(o_ptr.dtype.element_ty), mask=g[:, None] < G)

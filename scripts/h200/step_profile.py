@@ -4,7 +4,8 @@
    variant at batch 64 and 128 (kv bucket 256: the mean context of 128 in / 128 out is 192), and the
    host wall time of a whole DecodeGraphs.step() (copy in, replay, read-back, sync).
 2. Eager prefill of n prompts of 128 tokens (wall, synchronised, median of 10).
-3. The engine's own steady state at 64 and 128 streams (no end ids, 128 in / 128 out): wall time per
+1b. The decode attention kernel against SDPA alone (bfloat16 error, GPU us per layer).
+3. The engine's own steady state at 64 and 128 streams, with the default step and with SDPA attention (no end ids, 128 in / 128 out): wall time per
    step split into prefill / decode / accept (host), from timers around the engine's methods.
 4. The default decode body's GPU time per kernel name at B=64 (eager under torch.profiler; PROFILE_NO_KERNELS=1
    skips it): what the next fusion should take."""
@@ -18,6 +19,7 @@ from dataclasses import asdict
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 
 from llmserve.engine.cuda_graphs import DecodeGraphs, GraphOptions
 from llmserve.engine.engine import Engine
@@ -82,7 +84,8 @@ variants = {
     ),
     "+ SDPA attention, fused q/k rotary": GraphOptions(sdpa=True, fused_rope=True, fused_norm=False, kernels=False),
     "+ F.rms_norm (triton_kernels: false)": GraphOptions(kernels=False),
-    "+ Triton kernels (engine.torch.triton_kernels, the default)": GraphOptions(kernels=True),
+    "+ Triton kernels, SDPA attention": GraphOptions(kernels=True, attention_kernel=False),
+    "+ Triton decode attention (the default)": GraphOptions(),
     "+ torch.compile of the body": GraphOptions(compile=True),
 }
 if os.environ.get("PROFILE_NO_COMPILE"):
@@ -130,6 +133,49 @@ for name, opt in variants.items():
             torch.cuda.empty_cache()
 results["decode"] = rows
 
+
+# 1b. the decode attention kernel alone against SDPA, bfloat16 on the GPU (the CPU tests check it in float32
+# only: Triton's interpreter cannot multiply bfloat16 tiles): max error, and GPU us of one layer's attention
+def attention_check() -> list[dict]:
+    from llmserve.engine import kernels
+
+    nh, nkv, hd = m.cfg.num_heads, m.cfg.num_kv_heads, m.cfg.head_dim
+    out = []
+    for B in (64, 128):
+        gen = torch.Generator(dev).manual_seed(3)
+        q = torch.randn(B, nh, hd, device=dev, dtype=m.dtype, generator=gen)
+        kc, vc = m.k_cache[0], m.v_cache[0]
+        kc.normal_(generator=gen), vc.normal_(generator=gen)
+        positions = torch.tensor([150 + (i % 80) for i in range(B)], device=dev)
+        kb = 256
+        visible = (torch.arange(kb, device=dev).view(1, kb) <= positions.view(B, 1)).view(B, 1, 1, kb)
+
+        def sdpa():
+            return F.scaled_dot_product_attention(
+                q.view(B, nkv, nh // nkv, hd), kc[:B, :, :kb], vc[:B, :, :kb], attn_mask=visible
+            ).view(B, nh, hd)
+
+        def kernel(block_n=64, num_warps=4):
+            return kernels.decode_attention(q, kc, vc, positions, kb, block_n=block_n, num_warps=num_warps)
+
+        err = (kernel().float() - sdpa().float()).abs().max().item()
+        r = {"batch": B, "kv_bucket": kb, "max_abs_err_vs_sdpa": round(err, 5), "sdpa_gpu_us": None}
+        if GPU:
+            r["sdpa_gpu_us"] = round(gpu_ms(sdpa) * 1e3, 1)
+            for bn, nw in [(32, 2), (32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8)]:  # (64, 4): the default
+                r[f"kernel_gpu_us_n{bn}_w{nw}"] = round(gpu_ms(lambda bn=bn, nw=nw: kernel(bn, nw)) * 1e3, 1)
+        out.append(r)
+        print(json.dumps(r), flush=True)
+    return out
+
+
+if GPU:
+    try:
+        results["attention"] = attention_check()
+    except Exception as e:  # noqa: BLE001
+        results["attention"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        print(results["attention"], flush=True)
+
 # 2. prefill: eager, and replayed from a graph (prefill_graphs.py)
 pg = PrefillGraphs(m, 256, capture=GPU)
 pre = []
@@ -149,8 +195,7 @@ for n in (1, 4, 16):
     print(json.dumps(r), flush=True)
 results["prefill"] = pre  # (pg stays alive: freeing its graphs while others are captured breaks the capture)
 
-# 3. the engine's steady state, timed per method
-m.graphs = DecodeGraphs(m)  # captures every shape on a GPU; eager on a CPU
+# 3. the engine's steady state, timed per method: the default step, and the one with SDPA attention
 m.prefill_graphs = PrefillGraphs(m, 256, capture=GPU)
 spent: dict[str, float] = {}
 
@@ -168,9 +213,14 @@ def timed(obj, name):
     setattr(obj, name, wrapper)
 
 
-timed(m.graphs, "step")
 eng_rows = []
-for conc in (64, 128):
+for attention, conc in [(a, c) for a in ("kernel", "sdpa") for c in (64, 128)]:
+    if conc == 64:
+        m.graphs = None  # the previous step's graphs go before the next ones are captured
+        if GPU:
+            torch.cuda.empty_cache()
+        m.graphs = DecodeGraphs(m, options=GraphOptions(attention_kernel=attention == "kernel"))  # eager on a CPU
+        timed(m.graphs, "step")
     engine = Engine(
         m,
         None,
@@ -210,6 +260,7 @@ for conc in (64, 128):
         engine.step()
     wall = time.perf_counter() - t0
     r = {
+        "attention": attention,
         "streams": conc,
         "steps": n,
         "ms_per_step": round(wall / n * 1e3, 3),

@@ -72,7 +72,33 @@ def test_silu_mul():
     assert torch.allclose(kernels.silu_mul(gu), F.silu(gate) * up, atol=1e-5)
 
 
-def test_decode_step_with_kernels_matches_without():
+def test_decode_attention_is_sdpa_over_each_rows_own_keys():
+    # float32 only: Triton's interpreter multiplies bfloat16 tiles in tl.dot as raw bits (Triton 3.9);
+    # scripts/h200/step_profile.py checks the kernel in bfloat16 against SDPA on the GPU.
+    dtype = torch.float32
+    torch.manual_seed(2)
+    B, nh, nkv, hd, seq, kb = 4, 8, 2, 16, 200, 160
+    q = torch.randn(B, nh, hd, dtype=dtype)
+    k_cache, v_cache = torch.randn(B + 1, nkv, seq, hd, dtype=dtype), torch.randn(B + 1, nkv, seq, hd, dtype=dtype)
+    # one key, several blocks of 64 with a partial last one, and a padding row at the scratch position
+    # (past the bucket: it reads the whole bucket)
+    positions = torch.tensor([0, 130, 63, seq - 1])
+    got = kernels.decode_attention(q, k_cache, v_cache, positions, kb)
+    visible = (torch.arange(kb).view(1, kb) <= positions.view(B, 1)).view(B, 1, 1, kb)
+    want = F.scaled_dot_product_attention(
+        q.view(B, nkv, nh // nkv, hd).float(),
+        k_cache[:B, :, :kb].float(),
+        v_cache[:B, :, :kb].float(),
+        attn_mask=visible,
+    ).view(B, nh, hd)
+    tol = 1e-5
+    assert torch.allclose(got.float(), want, atol=tol, rtol=tol)
+    # row 0 sees only its one key: its output is that key's value, for every head of the kv head
+    assert torch.allclose(got[0].float(), v_cache[0, :, 0].repeat_interleave(nh // nkv, 0).float(), atol=tol)
+
+
+@pytest.mark.parametrize("attention_kernel", [True, False])
+def test_decode_step_with_kernels_matches_without(attention_kernel):
     path = build_checkpoint(load_spec(ROOT / "specs/tiny.yaml"))
     torch.manual_seed(0)
     m = LlamaModel(path, torch.device("cpu"), torch.float32, max_slots=4, max_seq_len=40)
@@ -84,7 +110,7 @@ def test_decode_step_with_kernels_matches_without():
     want = plain.step(slots, tokens, positions, 12)
     want_logits, k_ref, v_ref = want.logits([0, 1, 2]).clone(), m.k_cache.clone(), m.v_cache.clone()
     m.k_cache.copy_(k0), m.v_cache.copy_(v0)
-    fused = DecodeGraphs(m, capture=False, options=GraphOptions(kernels=True))
+    fused = DecodeGraphs(m, capture=False, options=GraphOptions(kernels=True, attention_kernel=attention_kernel))
     assert fused.fused
     got = fused.step(slots, tokens, positions, 12)
     assert got.tokens == want.tokens
