@@ -14,7 +14,7 @@ the frontend maps those to its HTTP answers.
   server holds a request (to cancel it there) and picks the least busy healthy one itself. A
   background task polls each server's readiness (`ServerReady`, Triton's strict readiness) every
   `health_interval_s`; a server that fails a request is avoided until it is ready again. A server
-  listed in `drained_file` (re-read at every poll) counts as not ready without being asked: a
+  listed in `drained_file` (looked at before every pick and every poll) counts as not ready without being asked: a
   rolling restart lists a server there before it stops it (deploy/cluster.py), since a request that
   reaches a stopping tritonserver can keep its engine model loaded until the exit timeout
   (docs/cancellation.md section 4).
@@ -161,6 +161,39 @@ def read_drained(path: str | Path | None) -> set[str]:
         return set()
 
 
+class Drained:
+    """The drained file, looked at before every pick (one stat, a few microseconds) and re-read only
+    when it changed: set_drained replaces it atomically, so a new inode or mtime is a new list. Waiting
+    for the next health poll instead left a window (the poll's interval plus its checks' duration, on
+    a loaded machine more than the rolling restart's settle time) in which new requests still reached
+    a server about to stop."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self._key: tuple | None = None
+        self._urls: set[str] = set()
+
+    def urls(self) -> set[str]:
+        if self.path is None:
+            return self._urls
+        try:
+            st = self.path.stat()
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None
+        if key != self._key:
+            self._key, self._urls = key, read_drained(self.path) if key else set()
+        return self._urls
+
+    def apply(self, endpoints) -> set[str]:
+        """Marks the listed endpoints not ready; returns the list."""
+        urls = self.urls()
+        for e in endpoints:
+            if e.url in urls:
+                e.healthy = False
+        return urls
+
+
 class EnsembleClient:
     """endpoints: Triton gRPC host:port, one per server. The knobs come from the spec's `openai:`
     section (openai_api/config.py): idle_timeout_s, max_attempts, health_interval_s."""
@@ -187,7 +220,7 @@ class EnsembleClient:
         self.session: aiohttp.ClientSession | None = None
         self.endpoints: list[Endpoint] = []
         self.idle_timeout_s, self.health_interval_s, self.model = idle_timeout_s, health_interval_s, model
-        self.drained_file = drained_file
+        self.drained = Drained(drained_file)
         self.backoff = Backoff(BACKOFF_S, MAX_BACKOFF_S, max_attempts)
         self.picker = Picker()
         self._health: asyncio.Task | None = None
@@ -223,11 +256,9 @@ class EnsembleClient:
             await self._check_all(max(1.0, self.health_interval_s * 2))
 
     async def _check_all(self, timeout_s: float) -> None:
-        drained = read_drained(self.drained_file)
-        for e in self.endpoints:
-            if e.url in drained:
-                e.healthy = False
+        drained = self.drained.apply(self.endpoints)
         await asyncio.gather(*(e.check(timeout_s) for e in self.endpoints if e.url not in drained))
+        self.drained.apply(self.endpoints)  # drained while the checks ran: their "ready" does not count
 
     def ready(self) -> bool:
         return any(e.healthy for e in self.endpoints)
@@ -415,6 +446,7 @@ class EnsembleClient:
 
     async def _across(self, a: Attempts, request_id: str, stats: Stats, route: Route) -> AsyncIterator[Piece]:
         while True:
+            self.drained.apply(self.endpoints)
             ep = self.picker.pick(self.endpoints, a.tried)
             a.begin(ep.url)
             try:

@@ -101,7 +101,7 @@ class Frontends:
     They share the host's cores: each gets openai.worker_count(N) worker processes.
 
     drain(endpoint): every frontend (every worker) stops sending new requests to that Triton server
-    within `settle_s`, through a file in the work directory they re-read at each health check (it
+    within `settle_s`, through a file in the work directory they look at before every pick (it
     works from another process too: `cluster rolling-restart`); undrain() lifts it."""
 
     def __init__(
@@ -135,8 +135,10 @@ class Frontends:
 
     @property
     def settle_s(self) -> float:
-        """How long after drain() every worker has seen it: its next health check, plus one more
-        round for a check that was in progress while the file changed."""
+        """How long after drain() nothing new reaches the endpoint: a worker looks at the file before
+        every pick (client/aio.py Drained), so this is a margin for a request picked just before the
+        change and still on its way, on a loaded machine; two health rounds, as when the file was read
+        only there (the poll re-applies it too)."""
         return settle_s(self.spec)
 
     def drain(self, endpoint: str) -> None:

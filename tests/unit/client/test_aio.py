@@ -11,10 +11,11 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from llmserve.client.aio import Endpoint, EnsembleClient, GenerationError, Piece, Route, Stats
+from llmserve.client.aio import Drained, Endpoint, EnsembleClient, GenerationError, Piece, Route, Stats
 from llmserve.client.retry import GaveUp, Server, StreamBroken, in_band_error
 from llmserve.client.wire import is_final, token_request
 from llmserve.contract import ENGINE, ENSEMBLE
+from llmserve.deploy.frontend import set_drained
 from llmserve.errors import ErrorKind
 
 REQUEST = {"text_input": "<prompt>", "max_tokens": 6, "stream": True, "apply_chat_template": False}
@@ -133,6 +134,23 @@ def test_a_drained_endpoint_is_not_ready_and_not_asked(tmp_path):
     drained.write_text("")
     asyncio.run(c._check_all(1.0))
     assert [e.healthy for e in c.endpoints] == [True, True]
+
+
+def test_a_drain_is_seen_by_the_next_request_without_waiting_for_a_poll(tmp_path):
+    # The rolling restart stops a server soon after listing it: a request picked before the next
+    # health poll must not go there (no poll runs in this test at all).
+    drained = tmp_path / "openai-drained.txt"
+    c = Scripted(*[[Piece("x", 1), None]] * 8)
+    c.drained = Drained(drained)
+    for _ in range(2):
+        run(c, Stats())
+    assert {u for u, _, _ in c.calls} == {"a:1", "b:1"}  # both in use (the rotation alternates)
+    set_drained(drained, "b:1", True)
+    for _ in range(4):
+        run(c, Stats())
+    assert [u for u, _, _ in c.calls[2:]] == ["a:1"] * 4
+    set_drained(drained, "b:1", False)
+    assert c.drained.urls() == set()  # undrained: the next poll may find it ready again
 
 
 class Answering(service_pb2_grpc.GRPCInferenceServiceServicer):
