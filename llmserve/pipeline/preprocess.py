@@ -37,6 +37,11 @@ class Preprocessor:
     def __init__(self, opts: PreprocessOptions):
         self.opts = opts
         self.tok = load_hf_tokenizer(opts.tokenizer_dir, opts.trust_remote_code)
+        # The batch goes to the Rust tokenizer itself (the one `tok(texts)` calls), without the character
+        # offsets it computes and transformers drops: the same ids in about two thirds of the time of
+        # `tok(texts)` (1.04 against 1.62 ms for 8 prompts of 130 tokens, 2-core CPU, 2026-12-06).
+        # The frontend counts its prompts the same way (openai_api/prompts.py).
+        self._encoder = self.tok.backend_tokenizer
         self.end_id = self.tok.eos_token_id
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.end_id
         if opts.apply_chat_template and not self.tok.chat_template:
@@ -98,6 +103,9 @@ class Preprocessor:
             [{"role": "user", "content": r.prompt}], tokenize=False, add_generation_prompt=True
         )
 
+    def _encode(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+        return [e.ids for e in self._encoder.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
+
     def _word_ids(self, ws: list[str]) -> list[list[int]]:
         # A word that encodes to no tokens (some control characters do) can never match; an empty
         # entry would also give the word list two equal offsets, which tensorrt_llm rejects.
@@ -135,14 +143,14 @@ class Preprocessor:
             group = [(i, s) for i, r, s in valid if r.chat == chat]
             if group:
                 add = self.opts.add_special_tokens and not chat
-                ids = self.tok([s for _, s in group], add_special_tokens=add)["input_ids"]
+                ids = self._encode([s for _, s in group], add)
                 encoded.update({i: x for (i, _), x in zip(group, ids)})
         # The echo of a templated prompt (exclude_input_in_output false) is the prompt as the client sent
         # it, tokenized as it would be without the template (upstream has none); otherwise input_ids.
         echoed = [(i, r.prompt) for i, r, _ in valid if r.chat and not r.exclude_input_in_output]
         echo = {}
         if echoed:
-            ids = self.tok([s for _, s in echoed], add_special_tokens=self.opts.add_special_tokens)["input_ids"]
+            ids = self._encode([s for _, s in echoed], self.opts.add_special_tokens)
             echo = {i: x for (i, _), x in zip(echoed, ids)}
         for i, r, _ in valid:
             ids = encoded[i]

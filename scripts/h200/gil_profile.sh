@@ -11,7 +11,8 @@
 # and the engine stub's CPU seconds per thread over the window (threads-TARGET.txt). Results in $OUT.
 # STUB (default tensorrt_llm) names the model whose first stub is "the engine stub" (tensorrt_llm_cpp: the
 # stand-in of the tensorrtllm layout); ALSO (space-separated models) records one stub of each with --gil too
-# (gil-TARGET-MODEL.txt), e.g. ALSO=tensorrt_llm for a relay. The tensorrtllm layout from build/h17:
+# (gil-TARGET-MODEL.txt), e.g. ALSO=tensorrt_llm for a relay; ALSO_FLAGS replaces --gil (ALSO_FLAGS="--idle
+# --threads": every thread, waits included, e.g. ALSO=preprocessing for where a batch's time goes). The tensorrtllm layout from build/h17:
 #   cd build/h17/after && H=build/h17 REPO=after/repos/model_repository-trtllm-st4 STUB=tensorrt_llm_cpp \
 #     ALSO=tensorrt_llm TARGETS=tensorrt_llm LLMSERVE_NULL_STEP_MS=1 bash scripts/h200/gil_profile.sh
 set -uo pipefail
@@ -73,7 +74,7 @@ for target in ${TARGETS//,/ }; do
   also=()
   for m in ${ALSO:-}; do
     pid=$(pgrep -f "backend_stub .*/$m/1/model.py" | head -1)
-    py-spy record -p $pid -d $SECS -r 200 --gil -f raw -o $OUT/gil-$target-$m.txt > /dev/null 2>&1 &
+    py-spy record -p $pid -d $SECS -r 200 ${ALSO_FLAGS:---gil} -f raw -o $OUT/gil-$target-$m.txt > /dev/null 2>&1 &
     also+=($!)
   done
   wait $p1 $p2 "${also[@]}"

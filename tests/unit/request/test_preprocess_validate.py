@@ -166,3 +166,16 @@ def test_the_echo_is_the_prompt_as_sent(pre):
     assert templated["echo_ids"].shape[1] < templated["input_ids"].shape[1]
     for out in (plain, excluded):
         assert out["echo_ids"].tolist() == out["input_ids"].tolist()
+
+
+@pytest.mark.parametrize("add", [False, True])
+def test_the_batch_is_tokenized_as_the_tokenizer_itself_does(pre, add):
+    # _encode skips transformers' wrapper (and the offsets it drops): the ids must be those of tok(texts).
+    texts = [
+        "Hello",
+        "  leading spaces and\ttabs\n",
+        "<|im_start|>user\nhi<|im_end|>",  # special tokens in the text are matched as such
+        "naïve café 漢字 🙂",
+        "x" * 300,
+    ]
+    assert pre._encode(texts, add) == pre.tok(texts, add_special_tokens=add)["input_ids"]
