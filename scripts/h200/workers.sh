@@ -274,14 +274,14 @@ fi
 stamp "pack"
 dmesg 2>/dev/null | grep -i segfault | tail -5
 tar -czf $OUT/points.tgz -C $W --exclude='*.png' .
-python3 - $W <<'PY' | tee $OUT/summary.md
-import json, sys
+ENGINE_LABEL=$([ "${REAL_TORCH:-0}" = 1 ] && echo "real engine" || echo "null engine") python3 - $W <<'PY' | tee $OUT/summary.md
+import json, os, sys
 from pathlib import Path
 d = Path(sys.argv[1])
 if (d / "b-null-engine/results.json").exists():
     for r in json.loads((d / "b-null-engine/results.json").read_text())["runs"]:
         s = r["summary"]
-        print(f"null engine in-process c={r['load']}: {s['output_tokens_per_s']:,.0f} tok/s, TTFT p50 {s['ttft_ms']['p50']} ms\n")
+        print(f"{os.environ['ENGINE_LABEL']} in-process c={r['load']}: {s['output_tokens_per_s']:,.0f} tok/s, TTFT p50 {s['ttft_ms']['p50']} ms\n")
 print("| point | bench tok/s | TTFT p50 ms | errors | server tok/s | cores (us CPU per token) |")
 print("|---|---|---|---|---|---|")
 for f in sorted(d.glob("p-*.json"), key=lambda f: f.stat().st_mtime):
