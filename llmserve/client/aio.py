@@ -14,7 +14,8 @@ the frontend maps those to its HTTP answers.
   server holds a request (to cancel it there) and picks the least busy healthy one itself. A
   background task polls each server's readiness (`ServerReady`, Triton's strict readiness) every
   `health_interval_s`; a server that fails a request is avoided until it is ready again. A server
-  listed in `drained_file` (looked at before every pick and every poll) counts as not ready without being asked: a
+  listed in `drained_file` (looked at before every pick and every poll) counts as not ready without being asked, and
+  is not picked while another server exists, even one not seen ready yet: a
   rolling restart lists a server there before it stops it (deploy/cluster.py), since a request that
   reaches a stopping tritonserver can keep its engine model loaded until the exit timeout
   (docs/cancellation.md section 4).
@@ -446,8 +447,11 @@ class EnsembleClient:
 
     async def _across(self, a: Attempts, request_id: str, stats: Stats, route: Route) -> AsyncIterator[Piece]:
         while True:
-            self.drained.apply(self.endpoints)
-            ep = self.picker.pick(self.endpoints, a.tried)
+            drained = self.drained.apply(self.endpoints)
+            # Never a drained server while another exists: the picker falls back to servers not known
+            # ready, and the one just restarted may not be seen ready yet (its poll is late on a loaded
+            # machine) when the restart drains the next and stops it.
+            ep = self.picker.pick([e for e in self.endpoints if e.url not in drained] or self.endpoints, a.tried)
             a.begin(ep.url)
             try:
                 body, rid = a.body(), f"{request_id}-{stats.attempts}"

@@ -153,6 +153,19 @@ def test_a_drain_is_seen_by_the_next_request_without_waiting_for_a_poll(tmp_path
     assert c.drained.urls() == set()  # undrained: the next poll may find it ready again
 
 
+def test_a_drained_server_is_not_picked_even_when_no_other_is_known_ready(tmp_path):
+    # The rolling restart drains the second server while the first, just back, is not seen ready yet
+    # (its poll came late): the picker's fallback to servers not known ready must skip the drained one.
+    drained = tmp_path / "openai-drained.txt"
+    c = Scripted(*[[Piece("x", 1), None]] * 4)
+    c.drained = Drained(drained)
+    set_drained(drained, "b:1", True)
+    c.endpoints[0].healthy = False  # a:1 restarted; no poll has seen it ready again
+    for _ in range(4):
+        run(c, Stats())
+    assert [u for u, _, _ in c.calls] == ["a:1"] * 4
+
+
 class Answering(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Answers each stream's one request with a final response and records how the stream ended:
     "half-closed" (the client closed its side and read to the end) or "cancelled"."""
