@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import ECHO_IDS, REQUEST_KEY, UPSTREAM_PREPROCESSING_NAMES, UPSTREAM_PREPROCESSING_OUTPUT_NAMES
-from ..engine.guided import grammar_of
 from ..errors import RequestError
 from ..request.guided import read_guide
 from ..request.parameters import refuse_parameters
@@ -18,6 +17,15 @@ from ..request.word_lists import to_word_list
 from ..text.tokenizer import load_hf_tokenizer
 from .cancellation import edge_key, key_tensor
 from .options import PreprocessOptions
+
+
+def _grammar_of(guide_type: str, guide: str):
+    """engine.guided's parser, imported on the first guided request: the module loads xgrammar and with it
+    torch (4.3 s and 250 MB per preprocessing instance on the 2-core CPU), which a server start would
+    otherwise pay on every restart for requests that rarely carry a guide."""
+    from ..engine.guided import grammar_of
+
+    return grammar_of(guide_type, guide)
 
 
 @dataclass
@@ -74,7 +82,7 @@ class Preprocessor:
         sampling = read_sampling(read, CLIENT_NAMES, max_tokens, self.opts.max_beam_width)  # range checks only
         # The guide is parsed here (a bad one: 400 before any engine slot), and reaches tensorrt_llm
         # straight from the client's tensors (the ensemble wires them there).
-        check_guided_min_tokens(read_guide(read, grammar_of), sampling["min_tokens"])
+        check_guided_min_tokens(read_guide(read, _grammar_of), sampling["min_tokens"])
         read_top_log_probs(read)  # checked here for the 400; tensorrt_llm reads it too
         stop_words_match(read)  # checked here for the 400; tensorrt_llm reads it (the ensemble passes it on)
         vocab = len(self.tok)
