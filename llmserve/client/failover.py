@@ -175,7 +175,7 @@ class GRPCTransport:
 
         q: queue.Queue = queue.Queue()
         client = g.InferenceServerClient(endpoint)
-        started = False
+        started = finished = False
         try:
             client.start_stream(callback=lambda result, error: q.put((result, error)), stream_timeout=self.timeout)
             client.async_stream_infer(
@@ -196,6 +196,7 @@ class GRPCTransport:
                     started = True
                     yield piece
                 if wire.is_final(result.get_response()):
+                    finished = True
                     return
         except InferenceServerException as e:
             # A stream that failed before our request went out reports why through the callback.
@@ -205,8 +206,13 @@ class GRPCTransport:
                 pass
             raise self._error(e) from None
         finally:
+            # A stream that got its final response is closed from our side and read to the server's end,
+            # never cancelled: Triton 2.51's gRPC frontend leaks a stream cancelled while that response's
+            # write completes, and the leak keeps the ensemble loaded until SIGTERM's exit timeout
+            # (docs/cancellation.md section 4). A stream given up early (an error, a caller that stops
+            # reading) is cancelled: that is how Triton learns to stop its generation.
             try:
-                client.stop_stream(cancel_requests=True)
+                client.stop_stream(cancel_requests=not finished)
             except Exception:  # noqa: BLE001 - the channel may already be dead; nothing to clean
                 pass
             client.close()

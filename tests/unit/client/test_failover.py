@@ -140,3 +140,40 @@ def test_bad_arguments():
     with pytest.raises(ValueError):
         FailoverClient(["a"], protocol="smtp")
     assert FailoverClient("a:1").endpoints == ["a:1"]
+
+
+def test_grpc_streams_that_got_their_final_response_are_closed_not_cancelled():
+    """The gRPC transport ends a finished stream by closing its side (a cancel then can leak in Triton
+    2.51 and hold the ensemble loaded until SIGTERM's exit timeout: docs/cancellation.md section 4), and
+    cancels a stream its caller gave up on, so that Triton stops that generation."""
+    import time
+
+    from llmserve.client.failover import GRPCTransport
+    from llmserve.contract import ENSEMBLE
+
+    from .test_aio import Answering, Pieces, _served
+
+    class TextPieces(Pieces):  # Pieces whose responses carry a text_output, as the ensemble's do
+        def ModelStreamInfer(self, requests, context):
+            for msg in super().ModelStreamInfer(requests, context):
+                out = msg.infer_response.outputs.add(name="text_output", datatype="BYTES", shape=[1])
+                out.contents.bytes_contents.append(b"x")
+                yield msg
+
+    answering, stalled = Answering(), TextPieces(1, stall=True)
+    (server_a, url_a), (server_s, url_s) = _served(answering), _served(stalled)
+    transport = GRPCTransport(ENSEMBLE, timeout_s=30)
+    body = {"text_input": "hi", "max_tokens": 4}
+    try:
+        assert list(transport.stream(url_a, body)) == []
+        given_up = transport.stream(url_s, body)
+        next(given_up)  # the one piece, then the caller stops reading
+        given_up.close()
+        deadline = time.monotonic() + 30  # each server records the end after the client's side saw it
+        while (not answering.ends or not stalled.cancelled) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server_a.stop(grace=None)
+        server_s.stop(grace=None)
+    assert answering.ends == [(ENSEMBLE, "half-closed")]
+    assert stalled.cancelled
