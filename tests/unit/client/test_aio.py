@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent import futures
 
-import grpc
 import pytest
-from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from llmserve.client.aio import Drained, Endpoint, EnsembleClient, GenerationError, Piece, Route, Stats
 from llmserve.client.retry import GaveUp, Server, StreamBroken, in_band_error
@@ -17,6 +14,8 @@ from llmserve.client.wire import is_final, token_request
 from llmserve.contract import ENGINE, ENSEMBLE
 from llmserve.deploy.frontend import set_drained
 from llmserve.errors import ErrorKind
+
+from .grpc_servers import Answering, Pieces, served
 
 REQUEST = {"text_input": "<prompt>", "max_tokens": 6, "stream": True, "apply_chat_template": False}
 
@@ -166,36 +165,12 @@ def test_a_drained_server_is_not_picked_even_when_no_other_is_known_ready(tmp_pa
     assert [u for u, _, _ in c.calls] == ["a:1"] * 4
 
 
-class Answering(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """Answers each stream's one request with a final response and records how the stream ended:
-    "half-closed" (the client closed its side and read to the end) or "cancelled"."""
-
-    def __init__(self):
-        self.ends: list[tuple[str, str]] = []
-
-    def ModelStreamInfer(self, requests, context):
-        req = next(requests)
-        end = "cancelled"
-        try:
-            msg = service_pb2.ModelStreamInferResponse()
-            msg.infer_response.id = req.id
-            msg.infer_response.parameters["triton_final_response"].bool_param = True
-            yield msg
-            list(requests)  # returns when the client closes its side (raises if it cancels)
-            end = "half-closed"
-        finally:
-            self.ends.append((req.model_name, end))
-
-
 def test_answered_streams_are_closed_not_cancelled():
     """A stream whose final response was read (a finished generation, an answered stop) is ended by
     closing our side, never cancelled: Triton 2.51 leaks a stream cancelled in the moment its final
     response left the model, and that model then holds tritonserver's exit (docs/cancellation.md)."""
     model = Answering()
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(model, server)
-    url = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    server.start()
+    server, url = served(model)
 
     async def go():
         client = EnsembleClient([url], idle_timeout_s=30, max_attempts=1, health_interval_s=1)
@@ -212,37 +187,6 @@ def test_answered_streams_are_closed_not_cancelled():
     finally:
         server.stop(grace=None)
     assert sorted(model.ends) == [(ENSEMBLE, "half-closed"), (ENGINE, "half-closed")]
-
-
-class Pieces(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """Sends `pieces` non-final responses at once, then a final one, or (stall=True) nothing more
-    until the client cancels the stream."""
-
-    def __init__(self, pieces: int, stall: bool):
-        self.pieces, self.stall, self.cancelled = pieces, stall, False
-
-    def ModelStreamInfer(self, requests, context):
-        req = next(requests)
-        for _ in range(self.pieces):
-            msg = service_pb2.ModelStreamInferResponse()
-            msg.infer_response.id = req.id
-            yield msg
-        if self.stall:
-            while context.is_active():
-                time.sleep(0.01)
-            self.cancelled = True
-            return
-        msg = service_pb2.ModelStreamInferResponse()
-        msg.infer_response.parameters["triton_final_response"].bool_param = True
-        yield msg
-
-
-def _served(model):
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(model, server)
-    url = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    server.start()
-    return server, url
 
 
 def _read_all(url: str, idle_s: float, hold_s: float) -> list:
@@ -271,7 +215,7 @@ def _read_all(url: str, idle_s: float, hold_s: float) -> list:
 
 def test_a_stream_silent_for_the_idle_timeout_is_given_up_and_cancelled():
     model = Pieces(1, stall=True)
-    server, url = _served(model)
+    server, url = served(model)
     try:
         with pytest.raises(GenerationError, match="no response for 0.3 s") as e:
             _read_all(url, idle_s=0.3, hold_s=0)
@@ -287,7 +231,7 @@ def test_a_stream_silent_for_the_idle_timeout_is_given_up_and_cancelled():
 def test_time_the_caller_holds_a_piece_is_not_idle_time():
     """Only the wait for the next message counts: a slow reader of the stream (its HTTP client) does
     not make a responsive server look silent."""
-    server, url = _served(Pieces(3, stall=False))
+    server, url = served(Pieces(3, stall=False))
     try:
         assert len(_read_all(url, idle_s=0.3, hold_s=0.5)) == 3
     finally:

@@ -151,17 +151,10 @@ def test_grpc_streams_that_got_their_final_response_are_closed_not_cancelled():
     from llmserve.client.failover import GRPCTransport
     from llmserve.contract import ENSEMBLE
 
-    from .test_aio import Answering, Pieces, _served
+    from .grpc_servers import Answering, Pieces, served
 
-    class TextPieces(Pieces):  # Pieces whose responses carry a text_output, as the ensemble's do
-        def ModelStreamInfer(self, requests, context):
-            for msg in super().ModelStreamInfer(requests, context):
-                out = msg.infer_response.outputs.add(name="text_output", datatype="BYTES", shape=[1])
-                out.contents.bytes_contents.append(b"x")
-                yield msg
-
-    answering, stalled = Answering(), TextPieces(1, stall=True)
-    (server_a, url_a), (server_s, url_s) = _served(answering), _served(stalled)
+    answering, stalled = Answering(), Pieces(1, stall=True, text=True)
+    (server_a, url_a), (server_s, url_s) = served(answering), served(stalled)
     transport = GRPCTransport(ENSEMBLE, timeout_s=30)
     body = {"text_input": "hi", "max_tokens": 4}
     try:
