@@ -99,6 +99,12 @@ BACKOFF_S, MAX_BACKOFF_S = 0.05, 1.0
 STOP_DRAIN_S = 5.0
 STOP_ANSWER_S = 10.0  # how long one stop waits for its answer
 CONNECT_S = 5.0  # an HTTP connection to a Triton server that is up takes milliseconds
+# An idle pooled HTTP connection is closed this soon (aiohttp checks about as often): Triton's SIGTERM
+# waits for every open HTTP connection, so one kept alive past a rolling restart's drain held the
+# replica for its whole exit timeout ("Found 4 HTTP service connections", CI 2026-12-07). Well under the
+# restart's wait before SIGTERM (deploy/frontend.settle_s, at least 0.5 s); under load a freed
+# connection is taken again at once, and a new one on a lost reuse costs a local TCP connect.
+IDLE_KEEPALIVE_S = 0.25
 
 
 async def end_stream(call, timeout_s: float) -> None:
@@ -232,7 +238,9 @@ class EnsembleClient:
         self.endpoints = [Endpoint(u, h) for u, h in zip(self.urls, self.http_urls or [None] * len(self.urls))]
         if self.http_urls is not None:
             # One connection per open stream (keep-alive between them): no pool limit of ours.
-            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_KEEPALIVE_S)
+            )
         await self._check_all(self.health_interval_s * 4)
         self._health = asyncio.create_task(self._health_loop())
 
