@@ -14,17 +14,18 @@ the real model (the spec's checkpoint)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 import uvicorn
 
+from llmserve.logs import configure
 from llmserve.openai_api.app import create_app
 from llmserve.openai_api.auth import KeyCheck
 from llmserve.openai_api.config import settings_from_spec
 from llmserve.openai_api.scripted import ScriptedEnsemble
 from llmserve.openai_api.service import Service
 from llmserve.spec import DEFAULT_SPEC, load_spec
+from llmserve.spec.openai import NONE
 
 
 def main() -> int:
@@ -34,16 +35,27 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=512, help="tokens scripted per answer (cut to max_tokens)")
     ap.add_argument("--delay-ms", type=float, default=0.0)
     ap.add_argument("--http", default="h11", choices=["h11", "httptools"], help="uvicorn's HTTP parser")
+    ap.add_argument(
+        "--log-level", default="warning", help="info: an access line per request (first_byte_ms: the frontend's TTFT)"
+    )
     args = ap.parse_args()
+    configure(args.log_level)
     spec = load_spec(args.spec)
     # Through the scripted ensemble: it has no token-level route (generate_tokens).
-    settings = dataclasses.replace(settings_from_spec(spec, ["unused:1"]), token_model=None)
+    settings = settings_from_spec(spec, ["unused:1"], token_model_arg=NONE)
     ensemble = ScriptedEnsemble(
         pieces=[(" tok", 1)] * args.output_len, delay_s=args.delay_ms / 1000, keep_requests=False
     )
     app = create_app(Service(settings, client=ensemble), KeyCheck([]))
     uvicorn.run(
-        app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="asyncio", http=args.http
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_config=None,
+        log_level=args.log_level,
+        access_log=False,
+        loop="asyncio",
+        http=args.http,
     )
     return 0
 

@@ -354,9 +354,11 @@ class EnsembleClient:
         ep.inflight += 1
         try:
             try:
-                resp = await self.session.post(url, json={"id": request_id, **body}, timeout=timeout)
+                # Stamped before the post: it returns with the response headers, which Triton's
+                # generate_stream sends with the first response (after it, triton_first_ms read 0.1 ms).
                 if stats.dispatched_at is None:
                     stats.dispatched_at = time.monotonic()
+                resp = await self.session.post(url, json={"id": request_id, **body}, timeout=timeout)
                 if resp.status != 200:
                     text = await resp.text()
                     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import socket
 import sys
 
 import uvicorn
@@ -22,6 +21,7 @@ import uvicorn
 from ..logs import add_cli_options, configure_from_args
 from ..spec import DEFAULT_SPEC, SpecError, load_spec
 from ..spec.openai import AUTO
+from .listen import listen_socket
 from .workers import run as run_workers
 
 # The app (FastAPI, gRPC, transformers) is imported in _main, not here: uvicorn spawns the workers
@@ -131,16 +131,8 @@ def _main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     server = uvicorn.Server(uvicorn.Config(create_app(service, keys), **options))
-    server.run(sockets=[reuse_port_socket(host, port)] if args.reuse_port else None)
+    server.run(sockets=[listen_socket(host, port, reuse_port=True)] if args.reuse_port else None)
     return 0
-
-
-def reuse_port_socket(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from ..logs import configure_from_args
 from ..spec import load_spec
 from ..spec.openai import AUTO
 from .access import IDS_ENV
+from .listen import listen_socket
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def run(worker_args: dict, workers: int, **uvicorn_options) -> int:
         timeout_worker_healthcheck=HEALTH_TIMEOUT_S,
         **uvicorn_options,
     )
-    sock = config.bind_socket()
+    sock = listen_socket(config.host, config.port)  # not config.bind_socket(): Nagle (listen.py)
     supervisor = Supervisor(config, [sock], folder)
     try:
         supervisor.run()

@@ -24,6 +24,12 @@
 # frontend per transport and worker count: http (hN: openai.token_transport http, the default) or grpc (wN,
 # bench-1b-grpc.yaml).
 # TORCH_TREES ("base after"): the torch layout of the base tree too, before this tree's (its OpenAI points: after only).
+# TORCH_REPOS (space-separated, default model_repository): the torch-layout repositories to run, one server each
+# (model_repository-pre4: bench-1b-pre4.yaml; the OpenAI points run on the first only). POINT_CLIENTS (default 1):
+# each torch-layout point once per entry, read from that many bench processes (k8: 8 processes of C/8 streams:
+# a client process's own event loop counts in the TTFT it measures; the in-process engine's TTFT has no client).
+# The OpenAI points also report the frontend's own split of the first token from its access lines
+# (first_byte_ms - triton_first_ms: what the frontend added, server side).
 # REAL_TORCH=1: the torch-layout server (and ENGINE's in-process run) uses the real engine (random 1.07B bf16 weights, make_weights.py: CUDA
 # graphs, the Triton kernels) instead of the null one, for what users run; the tensorrtllm layout stays null.
 # TRTLLM_EXTRAS (";"-separated, "-" for none): tritonserver flag sets, each running the tensorrtllm repositories
@@ -125,30 +131,41 @@ point() {  # point TAG TARGET CONC: one bench process (PROBE=1: and the engine s
     join <(sort $W/t0) <(sort $W/t1) | awk '{printf "  %s %-20s %.2f\n", $1, $2, $5 - $3}' | sort -k3 -rn | head -8
   fi
 }
-backend_point() {  # backend_point TAG C: tensorrt_llm_cpp (the stand-in) read token-level directly, one response
-  # per token, from CLIENTS bench processes (one client process would be the limit); tok/s summed
-  local tag=$1 c=$2 each=$(( $2 / CLIENTS ))
-  local cmd="for i in \$(seq $CLIENTS); do $BENCH --url localhost:18001 --targets tensorrt_llm --token-model tensorrt_llm_cpp"
-  cmd="$cmd --concurrency $each --out $W/b-$tag-cpp-$c-\$i > $W/log-$tag-cpp-$c-\$i 2>&1 & done; wait"
-  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top tensorrt_llm_cpp --label "$tag tensorrt_llm_cpp c=$c" \
-    --out $W/p-$tag-cpp-$c.json -- bash -c "$cmd" > $W/log-$tag-cpp-$c 2>&1
-  python3 - $W $tag $c $CLIENTS <<'PY'
+multi_point() {  # multi_point TAG TARGET C N [BENCH ARGS...]: TARGET read from N bench processes of C/N streams each
+  # (one client process can be the limit, and its event loop's lag counts in its TTFT); tok/s summed, TTFT the
+  # highest client p50. tensorrt_llm_cpp: the stand-in read token-level directly, one response per token.
+  local tag=$1 target=$2 c=$3 n=$4 each=$(( $3 / $4 )); shift 4
+  local bt=$target extra="$*" name=$target-$c-k$n
+  [ $target = tensorrt_llm_cpp ] && bt=tensorrt_llm extra="--token-model tensorrt_llm_cpp $extra" name=cpp-$c
+  local cmd="for i in \$(seq $n); do $BENCH --url localhost:18001 --targets $bt $extra"
+  cmd="$cmd --concurrency $each --out $W/b-$tag-$name-\$i > $W/log-$tag-$name-\$i 2>&1 & done; wait"
+  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ${TOP:-$target} --label "$tag $target c=$c k=$n" \
+    --out $W/p-$tag-$name.json -- bash -c "$cmd" > $W/log-$tag-$name 2>&1
+  python3 - $W $tag $name $c $n $target <<'PY'
 import json, sys
 from pathlib import Path
-w, tag, c, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+w, tag, name, c, n, target = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
 runs = [json.loads(f.read_text())["runs"][0]["summary"] for i in range(1, n + 1)
-        if (f := w / f"b-{tag}-cpp-{c}-{i}" / "results.json").exists()]
-p = json.loads((w / f"p-{tag}-cpp-{c}.json").read_text())
-p["bench"] = [{"target": "tensorrt_llm_cpp", "load": int(c), "clients": len(runs),
+        if (f := w / f"b-{tag}-{name}-{i}" / "results.json").exists()]
+p = json.loads((w / f"p-{tag}-{name}.json").read_text())
+p["bench"] = [{"target": target, "load": int(c), "clients": len(runs),
                "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
                "ttft_p50_ms": max((r["ttft_ms"]["p50"] or 0 for r in runs), default=None),
+               "ttft_p50_ms_each": sorted(r["ttft_ms"]["p50"] or 0 for r in runs),
                "errors": sum(r["errors"] for r in runs)}]
-(w / f"p-{tag}-cpp-{c}.json").write_text(json.dumps(p, indent=1))
+(w / f"p-{tag}-{name}.json").write_text(json.dumps(p, indent=1))
 b = p["bench"][0]
 cores = ", ".join(f"{k} {v['cores']:.2f} ({v['us_per_token']} us/tok)" for k, v in p["cpu"].items() if v["cores"] > 0.02)
-print(f"HOPS {p['label']}: {b['tok_s']} tok/s ttft50 {b['ttft_p50_ms']} err {b['errors']} ({len(runs)} clients);"
+print(f"HOPS {p['label']}: {b['tok_s']} tok/s ttft50 {b['ttft_p50_ms']} (clients {b['ttft_p50_ms_each']}) err {b['errors']};"
       f" server {p['server_tok_per_s']} tok/s; cores: {cores}")
 PY
+}
+backend_point() { TOP=tensorrt_llm_cpp multi_point $1 tensorrt_llm_cpp $2 $CLIENTS; }
+torch_point() {  # torch_point TAG TARGET C: one point per entry of POINT_CLIENTS (1: one bench process, as always)
+  local k
+  for k in ${POINT_CLIENTS:-1}; do
+    if [ $k = 1 ]; then point $1 $2 $3; else multi_point $1 $2 $3 $k; fi
+  done
 }
 openai_point() {  # openai_point TAG C FRONTEND_PID TOP: CLIENTS bench processes of C/CLIENTS streams each
   local tag=$1 c=$2 fpid=$3 top=${4:-ensemble} each=$(( $2 / CLIENTS ))
@@ -156,12 +173,25 @@ openai_point() {  # openai_point TAG C FRONTEND_PID TOP: CLIENTS bench processes
   [ "${INTERLEAVE:-0}" = 1 ] && targets="--url localhost:18001 --targets ensemble,openai --interleave"
   local cmd="for i in \$(seq $CLIENTS); do $BENCH --openai-url localhost:19000 $targets --concurrency $each"
   cmd="$cmd --out $W/b-$tag-$c-\$i > $W/log-$tag-$c-\$i 2>&1 & done; wait"
+  local l0=$(wc -l < $W/openai-$tag.log)  # this point's access lines: first_byte_ms, triton_first_ms (access.py)
   timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top $top --label "$tag openai c=$c" --pid frontend=$fpid \
     --out $W/p-$tag-openai-$c.json -- bash -c "$cmd" > $W/log-$tag-$c 2>&1
+  tail -n +$(( l0 + 1 )) $W/openai-$tag.log > $W/access-$tag-$c.log
   python3 - $W $tag $c $CLIENTS <<'PY'
-import json, sys
+import json, re, statistics, sys
 from pathlib import Path
 w, tag, c, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+# The frontend's own split of the first token (server side, no client): arrival -> first chunk out, and
+# sent to Triton -> Triton's first token; their difference is what the frontend added.
+pairs = [(float(a), float(b)) for a, b in re.findall(r"first_byte_ms=([0-9.]+) triton_first_ms=([0-9.]+)",
+                                                     (w / f"access-{tag}-{c}.log").read_text())]
+split = {}
+if pairs:
+    q = lambda xs, f: sorted(xs)[min(len(xs) - 1, int(f * len(xs)))]
+    fb, tf, added = [a for a, _ in pairs], [b for _, b in pairs], [a - b for a, b in pairs]
+    split = {"requests": len(pairs), "first_byte_p50": q(fb, 0.5), "triton_first_p50": q(tf, 0.5),
+             "added_p50": round(q(added, 0.5), 1), "added_p90": round(q(added, 0.9), 1),
+             "added_mean": round(statistics.mean(added), 1)}
 files = [w / f"b-{tag}-{c}-{i}" / "results.json" for i in range(1, n + 1)]
 every = [json.loads(f.read_text())["runs"] for f in files if f.exists()]  # per client: one run per target
 p = json.loads((w / f"p-{tag}-openai-{c}.json").read_text())
@@ -173,6 +203,7 @@ for target in ("openai", "ensemble"):
                            "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
                            "ttft_p50_ms": max((r["ttft_ms"]["p50"] or 0 for r in runs), default=None),
                            "errors": sum(r["errors"] for r in runs)})
+p["frontend_split_ms"] = split
 (w / f"p-{tag}-openai-{c}.json").write_text(json.dumps(p, indent=1))
 fe = p["cpu"].get("frontend", {})
 line = "; ".join(f"{b['target']} {b['tok_s']} tok/s ttft50 {b['ttft_p50_ms']} err {b['errors']}" for b in p["bench"])
@@ -181,7 +212,7 @@ if len(p["bench"]) == 2:  # interleaved: the paired difference, per client, aver
     added = [t["openai"] - t["ensemble"] for t in p50 if t.get("openai") and t.get("ensemble")]
     line += f"; TTFT p50 added (mean over clients) {sum(added) / max(len(added), 1):+.1f} ms"
 print(f"HOPS {p['label']}: {line} ({len(every)} clients); server {p['server_tok_per_s']} tok/s;"
-      f" frontend {fe.get('cores')} cores ({fe.get('us_per_token')} us/tok)")
+      f" frontend {fe.get('cores')} cores ({fe.get('us_per_token')} us/tok); frontend split {split}")
 PY
 }
 openai_variant() {  # openai_variant TAG TOP ARGS...: frontend(s) started by one shell, swept over CONC, stopped;
@@ -214,16 +245,18 @@ for i in "${!ENVS[@]}"; do
   [ $i = 0 ] && continue
   vars=${ENVS[$i]}; [ "$vars" = - ] && vars=""
   if up model_repository torch$i $vars; then
-    for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point torch$i $t $c; done; done
+    for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do torch_point torch$i $t $c; done; done
     down
   fi
 done
 vars=${ENVS[0]}; [ "$vars" = - ] && vars=""
+TORCH_REPOS=${TORCH_REPOS:-model_repository}
 for TREE in ${TORCH_TREES:-after}; do  # TORCH_TREES="base after": the base commit's torch layout first
-ttag=torch; [ $TREE = after ] || ttag=$TREE-torch
-if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up model_repository $ttag $vars; then  # TORCH=0: the tensorrtllm layout only
-  for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do point $ttag $t $c; done; done
-  if [ "${OPENAI:-1}" = 1 ] && [ $TREE = after ]; then
+for repo in $TORCH_REPOS; do  # e.g. "model_repository model_repository-pre4" (ceiling-prepare.sh renders them)
+ttag=torch${repo#model_repository}; [ $TREE = after ] || ttag=$TREE-$ttag
+if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up $repo $ttag $vars; then  # TORCH=0: the tensorrtllm layout only
+  for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do torch_point $ttag $t $c; done; done
+  if [ "${OPENAI:-1}" = 1 ] && [ $TREE = after ] && [ $repo = ${TORCH_REPOS%% *} ]; then  # the first repository only
     [ "${W1:-1}" = 1 ] && openai_variant w1 tensorrt_llm $FRONTEND --workers 1
     for n in ${WORKERS//,/ }; do
       token_variants "" $n tensorrt_llm  # the token-level path (openai.token_level)
@@ -235,6 +268,7 @@ if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up model_repository $ttag $var
   fi
   down
 fi
+done
 done
 TREE=after
 IFS=';' read -ra EXTRAS <<< "${TRTLLM_EXTRAS:--}"
