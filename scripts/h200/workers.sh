@@ -24,6 +24,7 @@
 # frontend per transport and worker count: http (hN: openai.token_transport http, the default) or grpc (wN,
 # bench-1b-grpc.yaml).
 # TORCH_TREES ("base after"): the torch layout of the base tree too, before this tree's (its OpenAI points: after only).
+# OPENAI_TREES ("base after"): the torch layout's token-level OpenAI points with the base tree's frontend first.
 # TORCH_REPOS (space-separated, default model_repository): the torch-layout repositories to run, one server each
 # (model_repository-pre4: bench-1b-pre4.yaml; the OpenAI points run on the first only). POINT_CLIENTS (default 1):
 # each torch-layout point once per entry, read from that many bench processes (k8: 8 processes of C/8 streams:
@@ -259,7 +260,9 @@ if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up $repo $ttag $vars; then  # 
   if [ "${OPENAI:-1}" = 1 ] && [ $TREE = after ] && [ $repo = ${TORCH_REPOS%% *} ]; then  # the first repository only
     [ "${W1:-1}" = 1 ] && openai_variant w1 tensorrt_llm $FRONTEND --workers 1
     for n in ${WORKERS//,/ }; do
-      token_variants "" $n tensorrt_llm  # the token-level path (openai.token_level)
+      for ft in ${OPENAI_TREES:-after}; do  # OPENAI_TREES="base after": the base commit's frontend too (tag baseh4...)
+        TREE=$ft token_variants "${ft%after}" $n tensorrt_llm  # the token-level path (openai.token_level)
+      done
       [ "${VIA_ENSEMBLE:-1}" = 1 ] && openai_variant e$n ensemble $FRONTEND --workers $n --token-model none
     done
     for n in ${REUSE//,/ }; do
