@@ -26,9 +26,9 @@ from pathlib import Path
 
 import aiohttp
 import grpc
-import psutil
 from tritonclient.grpc import service_pb2_grpc
 
+from llmserve.bench.cpu import tree_cpu_seconds
 from llmserve.bench.soak import start_server
 from llmserve.client.wire import is_final, read_tokens, token_request
 from llmserve.engine.null_model import NULL_STEP_ENV
@@ -54,18 +54,6 @@ def body(tokens: int) -> dict:
 def own_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def tree_cpu(pid: int) -> float:
-    p = psutil.Process(pid)
-    total = 0.0
-    for q in [p, *p.children(recursive=True)]:
-        try:
-            t = q.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 async def http_stream(session: aiohttp.ClientSession, url: str, req: dict) -> int:
@@ -120,7 +108,7 @@ async def run(transport: str, http_url: str, grpc_url: str, server_pid: int, arg
             n = await one(w * args.requests + k)
             tokens += n
 
-    c0, s0, t0 = own_cpu(), tree_cpu(server_pid), time.monotonic()
+    c0, s0, t0 = own_cpu(), tree_cpu_seconds(server_pid), time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(args.concurrency)))
     wall = time.monotonic() - t0
     result = {
@@ -128,7 +116,7 @@ async def run(transport: str, http_url: str, grpc_url: str, server_pid: int, arg
         "tokens": tokens,
         "tok_per_s": round(tokens / wall),
         "client_us_per_token": round((own_cpu() - c0) / tokens * 1e6, 1),
-        "server_us_per_token": round((tree_cpu(server_pid) - s0) / tokens * 1e6, 1),
+        "server_us_per_token": round((tree_cpu_seconds(server_pid) - s0) / tokens * 1e6, 1),
     }
     await session.close()
     await channel.close()

@@ -11,19 +11,7 @@ import subprocess
 import sys
 import time
 
-import psutil
-
-
-def cpu_seconds(pid: int) -> float:
-    p = psutil.Process(pid)
-    total = 0.0
-    for q in [p, *p.children(recursive=True)]:
-        try:
-            t = q.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
+from llmserve.bench.cpu import tree_cpu_seconds
 
 
 def main() -> int:
@@ -42,12 +30,12 @@ def main() -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     idle_rate = 0.0
     if args.idle_s:
-        c0, t0 = cpu_seconds(args.pid), time.monotonic()
+        c0, t0 = tree_cpu_seconds(args.pid), time.monotonic()
         time.sleep(args.idle_s)
-        idle_rate = (cpu_seconds(args.pid) - c0) / (time.monotonic() - t0)
-    c0, t0 = cpu_seconds(args.pid), time.monotonic()
+        idle_rate = (tree_cpu_seconds(args.pid) - c0) / (time.monotonic() - t0)
+    c0, t0 = tree_cpu_seconds(args.pid), time.monotonic()
     rc = subprocess.call(cmd)
-    used, wall = cpu_seconds(args.pid) - c0, time.monotonic() - t0
+    used, wall = tree_cpu_seconds(args.pid) - c0, time.monotonic() - t0
     line = f"[cpu_of] pid {args.pid}: {used:.2f} CPU s in {wall:.1f} s wall ({100 * used / wall:.1f}% of a core)"
     if args.idle_s:
         used -= idle_rate * wall

@@ -21,27 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import yaml
 
+from llmserve.bench.cpu import tree_cpu_seconds
 from llmserve.bench.soak import start_server
 from llmserve.deploy.frontend import FrontendProcess
 from llmserve.deploy.tritonserver import free_ports
 from llmserve.engine.null_model import NULL_STEP_ENV
 from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
-
-
-def tree_cpu(pid: int) -> float:
-    p = psutil.Process(pid)
-    total = 0.0
-    for q in [p, *p.children(recursive=True)]:
-        try:
-            t = q.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def main() -> int:
@@ -103,9 +91,9 @@ def main() -> int:
         ]
         for r in range(args.rounds):
             out = work / f"bench-{r}"
-            c0, t0 = tree_cpu(frontend.proc.pid), time.monotonic()
+            c0, t0 = tree_cpu_seconds(frontend.proc.pid), time.monotonic()
             subprocess.run([*bench, "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
-            cpu, wall = tree_cpu(frontend.proc.pid) - c0, time.monotonic() - t0
+            cpu, wall = tree_cpu_seconds(frontend.proc.pid) - c0, time.monotonic() - t0
             runs = json.loads((out / "results.json").read_text())["runs"]
             tokens = sum(x["summary"]["output_tokens"] for x in runs)
             summary = runs[0]["summary"] if len(runs) == 1 else {}
