@@ -127,11 +127,16 @@ def _main(argv=None) -> int:
         )
         try:
             return run_workers(worker_args, workers, **options)
-        except PermissionError as e:  # the metrics folder (workers.py)
+        except OSError as e:  # the metrics folder (workers.py), or the port (listen.py)
             print(f"error: {e}", file=sys.stderr)
             return 2
+    try:
+        sockets = [listen_socket(host, port, reuse_port=True)] if args.reuse_port else None
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     server = uvicorn.Server(uvicorn.Config(create_app(service, keys), **options))
-    server.run(sockets=[listen_socket(host, port, reuse_port=True)] if args.reuse_port else None)
+    server.run(sockets=sockets)
     return 0
 
 

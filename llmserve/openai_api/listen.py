@@ -19,6 +19,10 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.s
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as e:  # the port is taken, or the address is not this machine's: say which
+        sock.close()
+        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from e
     sock.set_inheritable(True)  # the spawned workers accept from it
     return sock

@@ -53,3 +53,14 @@ def test_workers_listen_on_such_a_socket(monkeypatch, tmp_path):
     (sock,) = seen  # a duplicate: run() closes its own on the way out
     assert sock.getsockname()[1] == port
     assert accepted_nodelay(sock) == 1
+
+
+def test_a_taken_port_is_named():
+    taken = listen_socket("127.0.0.1", free_ports(1)[0])
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
+            listen_socket("127.0.0.1", port)
+    finally:
+        taken.close()
