@@ -8,18 +8,15 @@ import datetime
 import json
 import platform
 import sys
-import time
 from pathlib import Path
 
 from ..logs import add_cli_options, configure_from_args
 from ..spec import load_spec
-from ..spec.deployment import Engine as EngineSection
+from . import clients as multi
 from . import report
+from .build import TARGETS, make_target
 from .runner import fixed_concurrency, interleaved, poisson_rate, warm_up
-from .targets import GrpcEnsemble, GrpcTokens, HttpEnsemble, InProcessEngine, OpenAICompletions, Record
 from .workload import make_prompts
-
-TARGETS = ("ensemble", "ensemble-http", "tensorrt_llm", "engine", "openai")
 
 
 def _ints(s: str) -> list[int]:
@@ -65,6 +62,14 @@ def parser() -> argparse.ArgumentParser:
         "requests to the targets in turn, so they share the load and the moment (e.g. ensemble,openai: "
         "the TTFT the OpenAI frontend adds, without the drift between separate runs)",
     )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="client processes per load point, each with its share of the streams (or of the rate), all "
+        "measured over one shared window and pooled: one process's event loop adds to the TTFT it reads "
+        "at high concurrency (not with --interleave or the engine target)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--label", default="", help="free text stored in results.json (machine, variant)")
     add_cli_options(p)
@@ -83,39 +88,6 @@ def parser() -> argparse.ArgumentParser:
         help="engine target: no end ids instead of min_tokens = max_tokens (the plain sampling path)",
     )
     return p
-
-
-class _Timed:
-    """Counts a request that takes longer than `timeout` seconds as an error instead of waiting on."""
-
-    def __init__(self, target, timeout: float):
-        self.target, self.timeout = target, timeout
-
-    async def request(self, prompt, output_len):
-        start = time.perf_counter()
-        try:
-            return await asyncio.wait_for(self.target.request(prompt, output_len), self.timeout)
-        except asyncio.TimeoutError:
-            return Record(start, end=time.perf_counter(), error=f"timeout after {self.timeout} s")
-
-    async def close(self):
-        await self.target.close()
-
-
-def _engine_target(args, checkpoint: str, spec) -> InProcessEngine:
-    eng = spec.engine if spec else EngineSection()  # the spec defaults when only --checkpoint is given
-    return InProcessEngine(
-        checkpoint,
-        device=args.engine_device or eng.torch.device,
-        dtype=args.engine_dtype or eng.torch.dtype,
-        max_slots=args.engine_max_slots or eng.max_batch_size,
-        max_seq_len=args.engine_max_seq_len or eng.max_seq_len,
-        cuda_graphs=eng.torch.cuda_graphs and not args.engine_eager,
-        triton_kernels=eng.torch.triton_kernels,
-        prefill_token_budget=eng.torch.prefill_token_budget,
-        ignore_eos=args.ignore_eos,
-        threads=args.engine_threads if args.engine_threads is not None else eng.torch.threads,
-    )
 
 
 async def main_async(args) -> dict:
@@ -156,25 +128,33 @@ async def main_async(args) -> dict:
     }
     runs = []
 
-    def make(name: str):
-        return {
-            "ensemble": lambda: GrpcEnsemble(args.url, args.model),
-            "ensemble-http": lambda: HttpEnsemble(args.http_url, args.model),
-            "tensorrt_llm": lambda: GrpcTokens(args.url, args.token_model),
-            "engine": lambda: _engine_target(args, checkpoint, spec),
-            "openai": lambda: OpenAICompletions(
-                args.openai_url, args.openai_model or (spec.openai.served_model_name or spec.name)
-            ),
-        }[name]()
+    if "openai" in targets and not args.openai_model:
+        if spec is None:
+            sys.exit(f"need --openai-model (could not read spec {args.spec})")
+        args.openai_model = spec.openai.served_model_name or spec.name
+    meta["clients"] = args.clients
 
-    if args.interleave:
+    def make(name: str):
+        return make_target(name, args, checkpoint, spec)
+
+    if args.clients > 1:
+        if args.interleave or "engine" in targets:
+            sys.exit("--clients > 1 is for the served targets, without --interleave")
+        why = multi.check([multi.Load(m, v) for m, v in loads], args.clients, args.max_concurrency)
+        if why:
+            sys.exit(why)
+        for name in targets:
+            try:
+                _multi_client(args, name, loads, prompts, runs)
+            except RuntimeError as e:  # a client failed or died: its reason, not the parent's traceback
+                sys.exit(f"error: {e}")
+    elif args.interleave:
         if len(targets) < 2 or args.request_rate:
             sys.exit("--interleave needs two or more --targets and --concurrency (not --request-rate)")
         await _interleaved(args, targets, make, prompts, runs)
-    for name in targets if not args.interleave else ():
+    for name in targets if not args.interleave and args.clients <= 1 else ():
         target = make(name)
         await target.open()
-        target = _Timed(target, args.request_timeout)
         try:
             for mode, load in loads:
                 conc = load if mode == "concurrency" else max(1, args.max_concurrency or int(load * 2))
@@ -237,7 +217,7 @@ async def _interleaved(args, names: list[str], make, prompts, runs: list[dict]) 
         for name in names:
             t = make(name)
             await t.open()
-            targets[name] = _Timed(t, args.request_timeout)
+            targets[name] = t
         for c in _ints(args.concurrency) or [1]:
             for t in targets.values():
                 n_warm = args.warmup if args.warmup is not None else max(2, c)
@@ -258,6 +238,24 @@ async def _interleaved(args, names: list[str], make, prompts, runs: list[dict]) 
     finally:
         for t in targets.values():
             await t.close()
+
+
+def _multi_client(args, name: str, loads: list[tuple], prompts, runs: list[dict]) -> None:
+    """--clients N: every load of target `name` from N processes over one window (clients.py); the
+    summary is over the pooled records, with each client's tok/s and TTFT p50 beside it."""
+    points = [multi.Load(m, v) for m, v in loads]
+    with multi.Clients(args, name, prompts, points) as group:
+        for k, (mode, load) in enumerate(loads):
+            pooled, each = group.run(k)
+            summary = report.summarize(pooled)
+            summary["clients"] = [
+                {"output_tokens_per_s": e["output_tokens_per_s"], "ttft_p50_ms": e["ttft_ms"]["p50"]}
+                for e in map(report.summarize, each)
+            ]
+            runs.append({"target": name, "mode": mode, "load": load, "clients": args.clients, "summary": summary})
+            _print(f"{name} {mode}={load} ({args.clients} clients)", summary)
+            p50s = sorted(c["ttft_p50_ms"] for c in summary["clients"] if c["ttft_p50_ms"] is not None)
+            print(f"  each client's TTFT p50: {p50s} ms", flush=True)
 
 
 def main(argv=None) -> int:

@@ -20,6 +20,14 @@ class RunResult:
     ended: float
 
 
+async def _opening(start_at: float | None) -> float:
+    """The window's start: now, or `start_at` once it comes."""
+    if start_at is None:
+        return time.perf_counter()
+    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+    return start_at
+
+
 def _bar(total, desc: str, show: bool):
     if not show:
         return None
@@ -50,12 +58,15 @@ async def fixed_concurrency(
     requests: int | None,
     progress: bool = True,
     desc: str = "",
+    start_at: float | None = None,
 ) -> RunResult:
     """`concurrency` workers, each sending its next request as soon as the last one ends; new
-    requests stop at the deadline or after `requests`, and requests in flight are waited for."""
+    requests stop at the deadline or after `requests`, and requests in flight are waited for.
+    `start_at` (a time.perf_counter() value, the same clock in every process of this host): the
+    window opens then, so that several client processes share one (clients.py)."""
     records: list[Record] = []
     counter = iter(range(10**12))
-    started = time.perf_counter()
+    started = await _opening(start_at)
     deadline = started + duration if duration else float("inf")
     bar = _bar(requests or int(duration or 0), desc, progress)
     last_tick = [started]
@@ -128,14 +139,16 @@ async def poisson_rate(
     max_concurrency: int = 0,
     progress: bool = True,
     desc: str = "",
+    start_at: float | None = None,
 ) -> RunResult:
     """Requests arrive as a Poisson process of `rate` per second (exponential gaps), whatever the
-    server's pace; `max_concurrency` > 0 caps how many are in flight (the rest wait)."""
+    server's pace; `max_concurrency` > 0 caps how many are in flight (the rest wait). `start_at`:
+    as for fixed_concurrency."""
     rng = random.Random(seed)
     records: list[Record] = []
     tasks = []
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    started = time.perf_counter()
+    started = await _opening(start_at)
     deadline = started + duration if duration else float("inf")
     bar = _bar(requests or None, desc, progress)
 

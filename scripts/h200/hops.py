@@ -134,6 +134,8 @@ def main() -> int:
                 "ttft_p50_ms": r["summary"]["ttft_ms"]["p50"],
                 "errors": r["summary"]["errors"],
                 "chunks_per_request": r["summary"].get("mean_chunks_per_request"),
+                "clients": r.get("clients", 1),  # tools/bench.py --clients: its client processes' own p50s
+                "ttft_p50_ms_each": sorted(c["ttft_p50_ms"] or 0 for c in r["summary"].get("clients", [])),
             }
             for r in runs
         ]

@@ -27,16 +27,16 @@
 # OPENAI_TREES ("base after"): the torch layout's token-level OpenAI points with the base tree's frontend first.
 # TORCH_REPOS (space-separated, default model_repository): the torch-layout repositories to run, one server each
 # (model_repository-pre4: bench-1b-pre4.yaml; the OpenAI points run on the first only). POINT_CLIENTS (default 1):
-# each torch-layout point once per entry, read from that many bench processes (k8: 8 processes of C/8 streams:
-# a client process's own event loop counts in the TTFT it measures; the in-process engine's TTFT has no client).
+# each torch-layout point once per entry, read by tools/bench.py --clients k (k8: 8 processes of C/8 streams over one
+# window, pooled: a client process's own event loop counts in the TTFT it measures; the in-process engine's has no client).
 # The OpenAI points also report the frontend's own split of the first token from its access lines
 # (first_byte_ms - triton_first_ms: what the frontend added, server side).
 # REAL_TORCH=1: the torch-layout server (and ENGINE's in-process run) uses the real engine (random 1.07B bf16 weights, make_weights.py: CUDA
 # graphs, the Triton kernels) instead of the null one, for what users run; the tensorrtllm layout stays null.
 # TRTLLM_EXTRAS (";"-separated, "-" for none): tritonserver flag sets, each running the tensorrtllm repositories
 # once more (tag -x1, -x2...), e.g. "-;--http-thread-count=32".
-# The OpenAI load comes from CLIENTS bench processes (CONC / CLIENTS streams each, tok/s summed), so that
-# one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
+# The OpenAI load comes from tools/bench.py --clients CLIENTS (CONC / CLIENTS streams a process, one window,
+# percentiles pooled), so that one client process is not the limit being measured. Results in $OUT: workers.log, points.tgz, summary.md.
 set -uo pipefail
 H=${H:-build/h17}
 OUT=${OUT:-$H/out}
@@ -132,33 +132,21 @@ point() {  # point TAG TARGET CONC: one bench process (PROBE=1: and the engine s
     join <(sort $W/t0) <(sort $W/t1) | awk '{printf "  %s %-20s %.2f\n", $1, $2, $5 - $3}' | sort -k3 -rn | head -8
   fi
 }
-multi_point() {  # multi_point TAG TARGET C N [BENCH ARGS...]: TARGET read from N bench processes of C/N streams each
-  # (one client process can be the limit, and its event loop's lag counts in its TTFT); tok/s summed, TTFT the
-  # highest client p50. tensorrt_llm_cpp: the stand-in read token-level directly, one response per token.
-  local tag=$1 target=$2 c=$3 n=$4 each=$(( $3 / $4 )); shift 4
+multi_point() {  # multi_point TAG TARGET C N [BENCH ARGS...]: TARGET read by one bench with --clients N (N processes
+  # of C/N streams over one shared window, percentiles pooled: one client process's event loop counts in the TTFT
+  # it measures). tensorrt_llm_cpp: the stand-in read token-level directly, one response per token.
+  local tag=$1 target=$2 c=$3 n=$4; shift 4
   local bt=$target extra="$*" name=$target-$c-k$n
   [ $target = tensorrt_llm_cpp ] && bt=tensorrt_llm extra="--token-model tensorrt_llm_cpp $extra" name=cpp-$c
-  local cmd="for i in \$(seq $n); do $BENCH --url localhost:18001 --targets $bt $extra"
-  cmd="$cmd --concurrency $each --out $W/b-$tag-$name-\$i > $W/log-$tag-$name-\$i 2>&1 & done; wait"
   timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ${TOP:-$target} --label "$tag $target c=$c k=$n" \
-    --out $W/p-$tag-$name.json -- bash -c "$cmd" > $W/log-$tag-$name 2>&1
-  python3 - $W $tag $name $c $n $target <<'PY'
+    --bench-out $W/b-$tag-$name --out $W/p-$tag-$name.json -- \
+    $BENCH --url localhost:18001 --targets $bt $extra --concurrency $c --clients $n --out $W/b-$tag-$name \
+    > $W/log-$tag-$name 2>&1
+  grep HOPS $W/log-$tag-$name || tail -n 5 $W/log-$tag-$name
+  python3 - $W/b-$tag-$name/results.json <<'PY'
 import json, sys
-from pathlib import Path
-w, tag, name, c, n, target = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
-runs = [json.loads(f.read_text())["runs"][0]["summary"] for i in range(1, n + 1)
-        if (f := w / f"b-{tag}-{name}-{i}" / "results.json").exists()]
-p = json.loads((w / f"p-{tag}-{name}.json").read_text())
-p["bench"] = [{"target": target, "load": int(c), "clients": len(runs),
-               "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
-               "ttft_p50_ms": max((r["ttft_ms"]["p50"] or 0 for r in runs), default=None),
-               "ttft_p50_ms_each": sorted(r["ttft_ms"]["p50"] or 0 for r in runs),
-               "errors": sum(r["errors"] for r in runs)}]
-(w / f"p-{tag}-{name}.json").write_text(json.dumps(p, indent=1))
-b = p["bench"][0]
-cores = ", ".join(f"{k} {v['cores']:.2f} ({v['us_per_token']} us/tok)" for k, v in p["cpu"].items() if v["cores"] > 0.02)
-print(f"HOPS {p['label']}: {b['tok_s']} tok/s ttft50 {b['ttft_p50_ms']} (clients {b['ttft_p50_ms_each']}) err {b['errors']};"
-      f" server {p['server_tok_per_s']} tok/s; cores: {cores}")
+s = json.loads(open(sys.argv[1]).read())["runs"][0]["summary"]
+print("  each client's TTFT p50:", sorted(c["ttft_p50_ms"] or 0 for c in s.get("clients", [])))
 PY
 }
 backend_point() { TOP=tensorrt_llm_cpp multi_point $1 tensorrt_llm_cpp $2 $CLIENTS; }
@@ -170,15 +158,20 @@ torch_point() {  # torch_point TAG TARGET C: one point per entry of POINT_CLIENT
 }
 openai_point() {  # openai_point TAG C FRONTEND_PID TOP: CLIENTS bench processes of C/CLIENTS streams each
   local tag=$1 c=$2 fpid=$3 top=${4:-ensemble} each=$(( $2 / CLIENTS ))
-  local targets="--targets openai"  # INTERLEAVE=1: each stream alternates ensemble and openai (paired TTFT)
-  [ "${INTERLEAVE:-0}" = 1 ] && targets="--url localhost:18001 --targets ensemble,openai --interleave"
-  local cmd="for i in \$(seq $CLIENTS); do $BENCH --openai-url localhost:19000 $targets --concurrency $each"
-  cmd="$cmd --out $W/b-$tag-$c-\$i > $W/log-$tag-$c-\$i 2>&1 & done; wait"
+  # One bench with --clients CLIENTS (one shared window, pooled); INTERLEAVE=1: CLIENTS bench processes started
+  # together, each stream alternating ensemble and openai (paired TTFT; --interleave has no --clients).
+  local cmd="$BENCH --openai-url localhost:19000 --targets openai --concurrency $c --clients $CLIENTS" files=1
+  cmd="$cmd --out $W/b-$tag-$c-1 > $W/log-$tag-$c-1 2>&1"
+  if [ "${INTERLEAVE:-0}" = 1 ]; then
+    cmd="for i in \$(seq $CLIENTS); do $BENCH --openai-url localhost:19000 --url localhost:18001"
+    cmd="$cmd --targets ensemble,openai --interleave --concurrency $each --out $W/b-$tag-$c-\$i > $W/log-$tag-$c-\$i 2>&1 & done; wait"
+    files=$CLIENTS
+  fi
   local l0=$(wc -l < $W/openai-$tag.log)  # this point's access lines: first_byte_ms, triton_first_ms (access.py)
   timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top $top --label "$tag openai c=$c" --pid frontend=$fpid \
     --out $W/p-$tag-openai-$c.json -- bash -c "$cmd" > $W/log-$tag-$c 2>&1
   tail -n +$(( l0 + 1 )) $W/openai-$tag.log > $W/access-$tag-$c.log
-  python3 - $W $tag $c $CLIENTS <<'PY'
+  python3 - $W $tag $c $files <<'PY'
 import json, re, statistics, sys
 from pathlib import Path
 w, tag, c, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -200,10 +193,12 @@ p["bench"] = []
 for target in ("openai", "ensemble"):
     runs = [r["summary"] for client in every for r in client if r["target"] == target]
     if runs:
-        p["bench"].append({"target": target, "load": int(c), "clients": len(runs),
+        # one run pooled by --clients, or one per bench process (INTERLEAVE=1: TTFT the highest p50)
+        each = [c["ttft_p50_ms"] or 0 for r in runs for c in r.get("clients", [])] or [r["ttft_ms"]["p50"] or 0 for r in runs]
+        p["bench"].append({"target": target, "load": int(c), "clients": len(each),
                            "tok_s": round(sum(r["output_tokens_per_s"] for r in runs), 1),
                            "ttft_p50_ms": max((r["ttft_ms"]["p50"] or 0 for r in runs), default=None),
-                           "errors": sum(r["errors"] for r in runs)})
+                           "ttft_p50_ms_each": sorted(each), "errors": sum(r["errors"] for r in runs)})
 p["frontend_split_ms"] = split
 (w / f"p-{tag}-openai-{c}.json").write_text(json.dumps(p, indent=1))
 fe = p["cpu"].get("frontend", {})
@@ -212,7 +207,7 @@ if len(p["bench"]) == 2:  # interleaved: the paired difference, per client, aver
     p50 = [{r["target"]: r["summary"]["ttft_ms"]["p50"] for r in client} for client in every]
     added = [t["openai"] - t["ensemble"] for t in p50 if t.get("openai") and t.get("ensemble")]
     line += f"; TTFT p50 added (mean over clients) {sum(added) / max(len(added), 1):+.1f} ms"
-print(f"HOPS {p['label']}: {line} ({len(every)} clients); server {p['server_tok_per_s']} tok/s;"
+print(f"HOPS {p['label']}: {line} ({p['bench'][0]['clients'] if p['bench'] else 0} clients); server {p['server_tok_per_s']} tok/s;"
       f" frontend {fe.get('cores')} cores ({fe.get('us_per_token')} us/tok); frontend split {split}")
 PY
 }

@@ -83,3 +83,38 @@ def test_rate_mode(tiny_server, tmp_path):
     assert rc == 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["runs"][0]["mode"] == "rate" and doc["runs"][0]["summary"]["completed"] == 6
+
+
+def test_clients_share_one_window_and_pool_their_records(tiny_server, tmp_path):
+    """--clients 2: two spawned processes, each with half the streams, one window, pooled percentiles."""
+    out = tmp_path / "clients"
+    args = ["--url", tiny_server.grpc, "--spec", str(ROOT / "specs/tiny.yaml"), "--input-len", "16"]
+    args += ["--output-len", "4", "--warmup", "1", "--num-prompts", "8", "--no-progress", "--clients", "2"]
+    rc = bench_main(
+        args + ["--targets", "ensemble,tensorrt_llm", "--concurrency", "2,4", "--requests", "12"] + ["--out", str(out)]
+    )
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["meta"]["clients"] == 2
+    assert [(r["target"], r["load"]) for r in doc["runs"]] == [
+        ("ensemble", 2), ("ensemble", 4), ("tensorrt_llm", 2), ("tensorrt_llm", 4)
+    ]  # fmt: skip
+    for run in doc["runs"]:
+        s = run["summary"]
+        assert s["errors"] == 0, s["error_examples"]
+        assert s["completed"] == 12 and s["mean_tokens_per_request"] == 4  # 6 from each client, pooled
+        assert len(s["clients"]) == 2 and all(c["output_tokens_per_s"] > 0 for c in s["clients"])
+    # a rate is divided over the clients: 6 requests in all at 4/s, 2/s from each
+    rate = tmp_path / "rate"
+    rc = bench_main(args + ["--request-rate", "4", "--requests", "6", "--out", str(rate)])
+    assert rc == 0
+    s = json.loads((rate / "results.json").read_text())["runs"][0]["summary"]
+    assert s["completed"] == 6 and len(s["clients"]) == 2
+
+
+def test_clients_refuse_what_they_cannot_split(tmp_path):
+    args = ["--url", "localhost:1", "--spec", str(ROOT / "specs/tiny.yaml"), "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="needs every --concurrency >= 4"):
+        bench_main(args + ["--clients", "4", "--concurrency", "2,8"])
+    with pytest.raises(SystemExit, match="--clients > 1 is for the served targets"):
+        bench_main(args + ["--clients", "2", "--concurrency", "2", "--targets", "engine"])
