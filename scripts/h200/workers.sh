@@ -240,7 +240,7 @@ IFS=';' read -ra ENVS <<< "${TORCH_ENVS:--}"
 for i in "${!ENVS[@]}"; do
   [ $i = 0 ] && continue
   vars=${ENVS[$i]}; [ "$vars" = - ] && vars=""
-  if up model_repository torch$i $vars; then
+  if REAL=${REAL_TORCH:-0} up model_repository torch$i $vars; then  # REAL_TORCH=1: these on the real engine too
     for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do torch_point torch$i $t $c; done; done
     down
   fi
