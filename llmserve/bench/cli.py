@@ -67,8 +67,8 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="client processes per load point, each with its share of the streams (or of the rate), all "
-        "measured over one shared window and pooled: one process's event loop adds to the TTFT it reads "
-        "at high concurrency (not with --interleave or the engine target)",
+        "measured over one shared window and pooled, so that one client process is not the limit of what "
+        "it measures (not with --interleave or the engine target)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--label", default="", help="free text stored in results.json (machine, variant)")
@@ -152,50 +152,55 @@ async def main_async(args) -> dict:
         if len(targets) < 2 or args.request_rate:
             sys.exit("--interleave needs two or more --targets and --concurrency (not --request-rate)")
         await _interleaved(args, targets, make, prompts, runs)
-    for name in targets if not args.interleave and args.clients <= 1 else ():
-        target = make(name)
-        await target.open()
-        try:
-            for mode, load in loads:
-                conc = load if mode == "concurrency" else max(1, args.max_concurrency or int(load * 2))
-                n_warm = args.warmup if args.warmup is not None else max(2, int(conc))
-                if n_warm:
-                    await warm_up(target, prompts, args.output_len, n_warm, int(conc))
-                desc = f"{name} {mode}={load}"
-                if mode == "concurrency":
-                    res = await fixed_concurrency(
-                        target,
-                        prompts,
-                        args.output_len,
-                        int(load),
-                        duration=args.duration,
-                        requests=args.requests,
-                        progress=not args.no_progress,
-                        desc=desc,
-                    )
-                else:
-                    res = await poisson_rate(
-                        target,
-                        prompts,
-                        args.output_len,
-                        load,
-                        duration=args.duration,
-                        requests=args.requests,
-                        seed=args.seed,
-                        max_concurrency=args.max_concurrency,
-                        progress=not args.no_progress,
-                        desc=desc,
-                    )
-                summary = report.summarize(res)
-                runs.append({"target": name, "mode": mode, "load": load, "summary": summary})
-                _print(desc, summary)
-        finally:
-            await target.close()
+    else:
+        for name in targets:
+            await _one_process(args, make(name), name, loads, prompts, runs)
     doc = report.write(Path(args.out), meta, runs)
     if doc["ratios"]:
         print("ratios:", json.dumps(doc["ratios"]))
     print(f"wrote {args.out}/results.json, results.csv, throughput.png, latency.png")
     return doc
+
+
+async def _one_process(args, target, name: str, loads: list[tuple], prompts, runs: list[dict]) -> None:
+    """Every load of one target from this process, one after the other."""
+    await target.open()
+    try:
+        for mode, load in loads:
+            conc = load if mode == "concurrency" else max(1, args.max_concurrency or int(load * 2))
+            n_warm = args.warmup if args.warmup is not None else max(2, int(conc))
+            if n_warm:
+                await warm_up(target, prompts, args.output_len, n_warm, int(conc))
+            desc = f"{name} {mode}={load}"
+            if mode == "concurrency":
+                res = await fixed_concurrency(
+                    target,
+                    prompts,
+                    args.output_len,
+                    int(load),
+                    duration=args.duration,
+                    requests=args.requests,
+                    progress=not args.no_progress,
+                    desc=desc,
+                )
+            else:
+                res = await poisson_rate(
+                    target,
+                    prompts,
+                    args.output_len,
+                    load,
+                    duration=args.duration,
+                    requests=args.requests,
+                    seed=args.seed,
+                    max_concurrency=args.max_concurrency,
+                    progress=not args.no_progress,
+                    desc=desc,
+                )
+            summary = report.summarize(res)
+            runs.append({"target": name, "mode": mode, "load": load, "summary": summary})
+            _print(desc, summary)
+    finally:
+        await target.close()
 
 
 def _print(desc: str, s: dict) -> None:

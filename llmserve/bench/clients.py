@@ -1,11 +1,12 @@
 """--clients N: the load of a point split over N client processes that share one measured window.
 
-A client's own event loop is part of the latency it measures: on an H100 host one bench process read a
-TTFT p50 of 46 ms from a load that eight processes read as 24 ms (docs/perf-gpu.md, call 25). Separate
-processes started by hand begin a second or two apart, so each window sees a different load and their
-p50s spread (19-58 ms in that call). Here every process warms up, reports ready, and opens its window at
-the same instant, chosen by the parent once all are ready; the parent pools their records into one
-RunResult, so the percentiles are over every request of the window and the tok/s over its length.
+At high concurrency one client process can be the limit of what it measures (its event loop parses every
+streamed response). Separate processes started by hand begin a second or two apart, so each window sees a
+different load and their p50s cannot be pooled. Here every process warms up, reports ready, and opens its
+window at the same instant, chosen by the parent once all are ready; the parent pools their records into one
+RunResult, so the percentiles are over every request of the window and the tok/s over its length. The streams
+start together, as the single-process bench's do (docs/perf-gpu.md, call 26: the clients' own p50s still
+differ, by the engine-step cohorts their streams fall into).
 
 Processes are spawned, not forked: the parent has loaded a tokenizer (threads) and the targets use
 gRPC and aiohttp, neither of which survives a fork."""
