@@ -140,7 +140,7 @@ async def main_async(args) -> dict:
     if args.clients > 1:
         if args.interleave or "engine" in targets:
             sys.exit("--clients > 1 is for the served targets, without --interleave")
-        why = multi.check([multi.Load(m, v) for m, v in loads], args.clients, args.max_concurrency)
+        why = multi.check([multi.Load(m, v) for m, v in loads], args.clients, args.max_concurrency, args.requests)
         if why:
             sys.exit(why)
         for name in targets:

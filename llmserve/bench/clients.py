@@ -14,7 +14,6 @@ gRPC and aiohttp, neither of which survives a fork."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing as mp
 import queue as queue_mod
 import time
@@ -26,10 +25,8 @@ from .build import make_target
 from .runner import RunResult, fixed_concurrency, poisson_rate, warm_up
 from .workload import Prompt
 
-log = logging.getLogger(__name__)
-
 # The parent's lead between "all ready" and the window's start: long enough for every process to be
-# scheduled out of its barrier wait on a busy host.
+# scheduled out of its wait for the start on a busy host.
 START_LEAD_S = 0.2
 READY_TIMEOUT_S = 600.0  # a client that neither reports nor dies within this is stuck
 
@@ -54,10 +51,13 @@ def split(load: Load, n: int, max_concurrency: int) -> list[tuple[Load, int]]:
     return [(Load("rate", load.value / n), cap) for cap in caps]
 
 
-def check(loads: list[Load], n: int, max_concurrency: int) -> str | None:
-    """Why these loads cannot be split over n clients, or None."""
+def check(loads: list[Load], n: int, max_concurrency: int, requests: int | None = None) -> str | None:
+    """Why these loads cannot be split over n clients, or None (a client with no stream, no share of the
+    in-flight cap or none of the requests would have nothing to do, or no end)."""
     if n < 2:
         return None
+    if requests is not None and requests < n:
+        return f"--clients {n} needs --requests >= {n} (got {requests})"
     for load in loads:
         if load.mode == "concurrency" and load.value < n:
             return f"--clients {n} needs every --concurrency >= {n} (got {int(load.value)})"

@@ -26,6 +26,8 @@ def test_loads_that_leave_a_client_without_a_stream_are_refused():
     assert "needs every --concurrency >= 8" in check([Load("concurrency", 64), Load("concurrency", 4)], 8, 0)
     assert "--max-concurrency" in check([Load("rate", 10.0)], 4, 2)
     assert check([Load("concurrency", 1)], 1, 0) is None
+    assert "--requests >= 4" in check([Load("concurrency", 8)], 4, 0, requests=3)  # one client would never end
+    assert check([Load("concurrency", 8)], 4, 0, requests=4) is None
 
 
 def test_a_client_that_fails_ends_the_run_with_its_reason():
