@@ -28,7 +28,7 @@
 # TORCH_REPOS (space-separated, default model_repository): the torch-layout repositories to run, one server each
 # (model_repository-pre4: bench-1b-pre4.yaml; the OpenAI points run on the first only). POINT_CLIENTS (default 1):
 # each torch-layout point once per entry, read by tools/bench.py --clients k (k8: 8 processes of C/8 streams over one
-# window, pooled: a client process's own event loop counts in the TTFT it measures; the in-process engine's has no client).
+# window, pooled: one client process can be the limit of what it reads; the in-process engine's bench has no client).
 # The OpenAI points also report the frontend's own split of the first token from its access lines
 # (first_byte_ms - triton_first_ms: what the frontend added, server side).
 # REAL_TORCH=1: the torch-layout server (and ENGINE's in-process run) uses the real engine (random 1.07B bf16 weights, make_weights.py: CUDA
@@ -133,8 +133,8 @@ point() {  # point TAG TARGET CONC: one bench process (PROBE=1: and the engine s
   fi
 }
 multi_point() {  # multi_point TAG TARGET C N [BENCH ARGS...]: TARGET read by one bench with --clients N (N processes
-  # of C/N streams over one shared window, percentiles pooled: one client process's event loop counts in the TTFT
-  # it measures). tensorrt_llm_cpp: the stand-in read token-level directly, one response per token.
+  # of C/N streams over one shared window, percentiles pooled: one client process can be the limit of what it
+  # reads). tensorrt_llm_cpp: the stand-in read token-level directly, one response per token.
   local tag=$1 target=$2 c=$3 n=$4; shift 4
   local bt=$target extra="$*" name=$target-$c-k$n
   [ $target = tensorrt_llm_cpp ] && bt=tensorrt_llm extra="--token-model tensorrt_llm_cpp $extra" name=cpp-$c
@@ -156,7 +156,7 @@ torch_point() {  # torch_point TAG TARGET C: one point per entry of POINT_CLIENT
     if [ $k = 1 ]; then point $1 $2 $3; else multi_point $1 $2 $3 $k; fi
   done
 }
-openai_point() {  # openai_point TAG C FRONTEND_PID TOP: CLIENTS bench processes of C/CLIENTS streams each
+openai_point() {  # openai_point TAG C FRONTEND_PID TOP: CLIENTS client processes of C/CLIENTS streams each
   local tag=$1 c=$2 fpid=$3 top=${4:-ensemble} each=$(( $2 / CLIENTS ))
   # One bench with --clients CLIENTS (one shared window, pooled); INTERLEAVE=1: CLIENTS bench processes started
   # together, each stream alternating ensemble and openai (paired TTFT; --interleave has no --clients).
