@@ -40,6 +40,16 @@ class Pieces(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def ModelStreamInfer(self, requests, context):
         req = next(requests)
+        if self.stall:
+            # Recorded when the RPC ends, not by this generator: a cancel that comes before gRPC asks the
+            # generator for its next response leaves it suspended at its yield, never to run again (the
+            # test of it flaked one run in three on a busy 2-core machine). An end at the stream's
+            # deadline is not a cancel.
+            def ended():
+                left = context.time_remaining()
+                self.cancelled = left is None or left > 1.0
+
+            context.add_callback(ended)
         for _ in range(self.pieces):
             msg = service_pb2.ModelStreamInferResponse()
             msg.infer_response.id = req.id
@@ -48,9 +58,8 @@ class Pieces(service_pb2_grpc.GRPCInferenceServiceServicer):
                 out.contents.bytes_contents.append(b"x")
             yield msg
         if self.stall:
-            while context.is_active():
+            while context.is_active():  # a stalled stream ends only when the client cancels it
                 time.sleep(0.01)
-            self.cancelled = True
             return
         msg = service_pb2.ModelStreamInferResponse()
         msg.infer_response.parameters["triton_final_response"].bool_param = True

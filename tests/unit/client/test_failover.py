@@ -165,8 +165,9 @@ def test_grpc_streams_that_got_their_final_response_are_closed_not_cancelled():
         deadline = time.monotonic() + 30  # each server records the end after the client's side saw it
         while (not answering.ends or not stalled.cancelled) and time.monotonic() < deadline:
             time.sleep(0.01)
+        cancelled = stalled.cancelled  # before the servers stop (a stop ends the stream too)
     finally:
         server_a.stop(grace=None)
         server_s.stop(grace=None)
     assert answering.ends == [(ENSEMBLE, "half-closed")]
-    assert stalled.cancelled
+    assert cancelled
