@@ -15,7 +15,7 @@ from ..spec import load_spec
 from . import clients as multi
 from . import report
 from .build import TARGETS, make_target
-from .runner import fixed_concurrency, interleaved, poisson_rate, warm_up
+from .runner import fixed_concurrency, interleaved, poisson_rate, streams, warm_up
 from .workload import make_prompts
 
 
@@ -167,10 +167,7 @@ async def _one_process(args, target, name: str, loads: list[tuple], prompts, run
     await target.open()
     try:
         for mode, load in loads:
-            conc = load if mode == "concurrency" else max(1, args.max_concurrency or int(load * 2))
-            n_warm = args.warmup if args.warmup is not None else max(2, int(conc))
-            if n_warm:
-                await warm_up(target, prompts, args.output_len, n_warm, int(conc))
+            await warm_up(target, prompts, args.output_len, args.warmup, streams(mode, load, args.max_concurrency))
             desc = f"{name} {mode}={load}"
             if mode == "concurrency":
                 res = await fixed_concurrency(
@@ -225,9 +222,7 @@ async def _interleaved(args, names: list[str], make, prompts, runs: list[dict]) 
             targets[name] = t
         for c in _ints(args.concurrency) or [1]:
             for t in targets.values():
-                n_warm = args.warmup if args.warmup is not None else max(2, c)
-                if n_warm:
-                    await warm_up(t, prompts, args.output_len, n_warm, c)
+                await warm_up(t, prompts, args.output_len, args.warmup, c)
             res = await interleaved(
                 targets, prompts, args.output_len, c, duration=args.duration, requests=args.requests
             )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..logs import configure_from_args
 from .build import make_target
-from .runner import RunResult, fixed_concurrency, poisson_rate, warm_up
+from .runner import RunResult, fixed_concurrency, poisson_rate, streams, warm_up
 from .workload import Prompt
 
 # The parent's lead between "all ready" and the window's start: long enough for every process to be
@@ -82,10 +82,8 @@ async def _client_async(index, n, args, name, prompts, loads, channel, starts):
     try:
         for k, load in enumerate(loads):
             mine, cap = split(load, n, args.max_concurrency)[index]
-            conc = int(mine.value) if mine.mode == "concurrency" else max(1, cap or int(mine.value * 2))
-            n_warm = args.warmup if args.warmup is not None else max(2, conc)
-            if n_warm:
-                await warm_up(target, prompts, args.output_len, n_warm, conc)
+            conc = streams(mine.mode, mine.value, cap)
+            await warm_up(target, prompts, args.output_len, args.warmup, conc)
             channel.put(("ready", index, k))
             start_at = await asyncio.get_running_loop().run_in_executor(None, starts.get)
             if mine.mode == "concurrency":
@@ -112,7 +110,7 @@ class Clients:
     """N spawned client processes of one target, stepping through the loads together."""
 
     def __init__(self, args, target: str, prompts: list[Prompt], loads: list[Load]):
-        self.n, self.loads = args.clients, loads
+        self.n = args.clients
         # A window's longest honest length: its duration, then the last request's own timeout.
         self.window_s = (args.duration or 0) + args.request_timeout
         self.early: dict[tuple, tuple] = {}  # (kind, load index, client) -> message

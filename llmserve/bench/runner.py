@@ -38,7 +38,17 @@ def _bar(total, desc: str, show: bool):
     return tqdm(total=total, desc=desc, unit="req" if isinstance(total, int) else "s", leave=False)
 
 
-async def warm_up(target: Target, prompts: list[Prompt], output_len: int, n: int, concurrency: int) -> None:
+def streams(mode: str, load: float, max_concurrency: int = 0) -> int:
+    """How many requests a load keeps in flight, for its warm-up: the concurrency, or for a rate its
+    cap, else twice the rate."""
+    if mode == "concurrency":
+        return int(load)
+    return max(1, max_concurrency or int(load * 2))
+
+
+async def warm_up(target: Target, prompts: list[Prompt], output_len: int, n: int | None, concurrency: int) -> None:
+    """`n` requests (None: the concurrency, at least 2; 0: none), `concurrency` at a time."""
+    n = max(2, concurrency) if n is None else n
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(i: int):
