@@ -249,6 +249,11 @@ class Engine:
                 budget -= len(seq.prompt)
                 admitted.append(seq)
         self.running.extend(admitted)
+        now = time.monotonic()
+        for seq in admitted:
+            seq.admitted_at = now
+            self.stats.queue_seconds += now - seq.arrival
+        self.stats.admitted += len(admitted)
         return admitted
 
     def _prefill(self, seqs: list[Sequence]) -> None:
@@ -383,6 +388,10 @@ class Engine:
         )
         for seq, tok, lp in picked:
             self.stats.generated_tokens += 1
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+                self.stats.first_tokens += 1
+                self.stats.first_token_seconds += now - seq.arrival
             p = seq.params
             if seq.matcher is not None and not grammar_ok[id(seq)]:
                 # Only when nothing the grammar allows survived the other masks (bad_words, ...).

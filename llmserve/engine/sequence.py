@@ -45,7 +45,9 @@ class Sequence:
     # params.return_logits: per generated token, its position's logits row (float32 numpy, on the host)
     gen_logits: list = field(default_factory=list)
     pending_logits: object | None = None  # the step's, until its token is accepted
-    arrival: float = field(default_factory=time.monotonic)
+    arrival: float = field(default_factory=time.monotonic)  # at the engine model (set by the stub: engine_process)
+    admitted_at: float | None = None  # monotonic time of its first engine step
+    first_token_at: float | None = None  # monotonic time its first token was sampled (end token included)
     deadline: float = float("inf")  # monotonic time after which the request is cancelled
     last_emit_at: float = float("-inf")
     # A refusal that comes after submit() returned: an engine in another process (pipeline/engine_process.py)
@@ -75,3 +77,11 @@ class EngineStats:
     batched_steps: int = 0  # decode steps that carried more than one sequence
     kv_cache_used_tokens: int = 0
     kv_cache_capacity_tokens: int = 0
+    # Where a request's first token waits, summed over requests (mean = sum / count): arrival at the engine
+    # model -> its first engine step (queue), and arrival -> its first token sampled (time to first token).
+    # Arrival is the stub's clock (CLOCK_MONOTONIC, one for every process), so an engine in a process of its
+    # own counts the hop to it as queue time.
+    admitted: int = 0
+    queue_seconds: float = 0.0
+    first_tokens: int = 0
+    first_token_seconds: float = 0.0

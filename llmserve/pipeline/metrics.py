@@ -31,6 +31,17 @@ COUNTERS = {
     "llmserve_requests_cancelled_total": ("Requests cancelled by the client", lambda s: s.cancelled),
     "llmserve_requests_timed_out_total": ("Requests cancelled by serving.request_timeout_s", lambda s: s.timed_out),
     "llmserve_requests_rejected_total": ("Requests refused because the engine queue was full", lambda s: s.rejected),
+    # Sums with their counts (mean = rate(sum) / rate(count)): where a first token waits inside this model.
+    "llmserve_requests_admitted_total": ("Requests that reached an engine step", lambda s: s.admitted),
+    "llmserve_request_queue_seconds_total": (
+        "Seconds from arrival at this model to the first engine step, summed over admitted requests",
+        lambda s: s.queue_seconds,
+    ),
+    "llmserve_first_tokens_total": ("Requests that got their first token", lambda s: s.first_tokens),
+    "llmserve_time_to_first_token_seconds_total": (
+        "Seconds from arrival at this model to the first token sampled, summed over requests",
+        lambda s: s.first_token_seconds,
+    ),
 }
 
 

@@ -1,7 +1,9 @@
 """Run a load command and report what each hop of the server did meanwhile (issue 17's ceiling run):
 CPU seconds of tritonserver, of each Python model's stubs and of other processes (the OpenAI frontend),
-and the Triton request counts per model, as rates and as CPU per streamed token, and each model's mean queue
-time per request (Triton's nv_inference_queue_duration_us).
+and the Triton request counts per model, as rates and as CPU per streamed token, each model's mean queue
+time per request (Triton's nv_inference_queue_duration_us), and the engine model's own mean queue time and
+time to first token (llmserve_request_queue_seconds_total and llmserve_time_to_first_token_seconds_total over
+their counts: from the request's arrival at the engine model).
 
     python3 scripts/h200/hops.py --triton-pid PID --metrics localhost:18002 --top ensemble --output-len 128 \
         --label NAME --out point.json [--pid frontend=PID ...] -- python3 tools/bench.py ... --out DIR
@@ -26,6 +28,10 @@ import psutil
 
 METRIC = re.compile(
     r'^(nv_inference_request_success|nv_inference_exec_count|nv_inference_queue_duration_us|nv_inference_compute_(?:input|infer|output)_duration_us)\{model="([^"]+)",version="[^"]*"\} (\S+)'
+)
+# The engine model's own sums (llmserve/pipeline/metrics.py): where a first token waits inside it.
+ENGINE_METRIC = re.compile(
+    r'^llmserve_(requests_admitted_total|request_queue_seconds_total|first_tokens_total|time_to_first_token_seconds_total)\{model="([^"]+)"\} (\S+)'
 )
 
 
@@ -60,9 +66,25 @@ def metrics(url: str) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://{url}/metrics", timeout=10).read().decode()
     out = {}
     for line in text.splitlines():
-        m = METRIC.match(line)
+        m = METRIC.match(line) or ENGINE_METRIC.match(line)
         if m:
             out[f"{m.group(1).removeprefix('nv_inference_')}:{m.group(2)}"] = float(m.group(3))
+    return out
+
+
+def engine_means(dm: dict[str, float]) -> dict[str, dict[str, float]]:
+    """model -> the engine's mean ms over the point: queue (arrival at the model -> first step) and
+    time to first token (arrival -> first token sampled), from its sums and counts."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in dm.items():
+        name, _, model = key.partition(":")
+        for total, count, label in (
+            ("request_queue_seconds_total", "requests_admitted_total", "queue_ms"),
+            ("time_to_first_token_seconds_total", "first_tokens_total", "ttft_ms"),
+        ):
+            n = dm.get(f"{count}:{model}")
+            if name == total and n:
+                out.setdefault(model, {})[label] = round(value * 1000 / n, 2)
     return out
 
 
@@ -123,6 +145,7 @@ def main() -> int:
         # Triton's cumulative durations over each model's successful requests: where a step's requests
         # wait (queue) and what its executes spend (copying inputs, running, copying outputs).
         **{f"{part}_ms_per_call": per_call(dm, f"{part}_duration_us") for part in DURATIONS},
+        "engine_mean_ms": engine_means(dm),
     }
     if a.bench_out and (Path(a.bench_out) / "results.json").exists():
         runs = json.loads((Path(a.bench_out) / "results.json").read_text())["runs"]
@@ -132,6 +155,7 @@ def main() -> int:
                 "load": r["load"],
                 "tok_s": r["summary"]["output_tokens_per_s"],
                 "ttft_p50_ms": r["summary"]["ttft_ms"]["p50"],
+                "ttft_mean_ms": r["summary"]["ttft_ms"]["mean"],
                 "errors": r["summary"]["errors"],
                 "chunks_per_request": r["summary"].get("mean_chunks_per_request"),
                 "clients": r.get("clients", 1),  # tools/bench.py --clients: its client processes' own p50s
@@ -148,7 +172,8 @@ def main() -> int:
         f"HOPS {a.label}: bench {b.get('tok_s')} tok/s ttft50 {b.get('ttft_p50_ms')} err {b.get('errors')}; "
         f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; "
         f"queue ms/call {point['queue_ms_per_call']}; in/infer/out ms/call {point['compute_input_ms_per_call']} "
-        f"{point['compute_infer_ms_per_call']} {point['compute_output_ms_per_call']}; cores: {cores}",
+        f"{point['compute_infer_ms_per_call']} {point['compute_output_ms_per_call']}; "
+        f"bench ttft mean {b.get('ttft_mean_ms')}; engine mean ms {point['engine_mean_ms']}; cores: {cores}",
         flush=True,
     )
     return rc

@@ -33,6 +33,8 @@
 # (first_byte_ms - triton_first_ms: what the frontend added, server side).
 # REAL_TORCH=1: the torch-layout server (and ENGINE's in-process run) uses the real engine (random 1.07B bf16 weights, make_weights.py: CUDA
 # graphs, the Triton kernels) instead of the null one, for what users run; the tensorrtllm layout stays null.
+# RATES (comma list of requests/s, default none): each torch-layout target also under Poisson arrivals at each rate
+# (open loop, RATE_CLIENTS processes, in flight capped at RATE_CAP), and ENGINE's in-process run at the same rates.
 # TRTLLM_EXTRAS (";"-separated, "-" for none): tritonserver flag sets, each running the tensorrtllm repositories
 # once more (tag -x1, -x2...), e.g. "-;--http-thread-count=32".
 # The OpenAI load comes from tools/bench.py --clients CLIENTS (CONC / CLIENTS streams a process, one window,
@@ -48,6 +50,7 @@ export PYTHONUNBUFFERED=1 LLMSERVE_USE_PYTRITON=1
 export LLMSERVE_ADMIN_KEY=${LLMSERVE_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 STEP=${NULL_STEP_MS:-1}
 CONC=${CONC:-64,128,256}
+RATES=${RATES:-}
 WORKERS=${WORKERS-4,8}
 REUSE=${REUSE-4}  # REUSE= (empty): none
 CLIENTS=${CLIENTS:-2}
@@ -149,6 +152,16 @@ s = json.loads(open(sys.argv[1]).read())["runs"][0]["summary"]
 print("  each client's TTFT p50:", sorted(c["ttft_p50_ms"] or 0 for c in s.get("clients", [])))
 PY
 }
+rate_point() {  # rate_point TAG TARGET R: Poisson arrivals at R requests/s from RATE_CLIENTS processes (open loop:
+  # no closed-loop cohorts, so the TTFT of two targets at one rate compares what each adds to a request)
+  local tag=$1 target=$2 r=$3 n=${RATE_CLIENTS:-8} name=$2-r$3
+  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top $target --label "$tag $target rate=$r k=$n" \
+    --bench-out $W/b-$tag-$name --out $W/p-$tag-$name.json -- \
+    $BENCH --url localhost:18001 --targets $target --request-rate $r --max-concurrency $RATE_CAP --clients $n \
+    --out $W/b-$tag-$name > $W/log-$tag-$name 2>&1
+  grep HOPS $W/log-$tag-$name || tail -n 5 $W/log-$tag-$name
+}
+RATE_CAP=${RATE_CAP:-128}  # the engine's slots: arrivals beyond it wait in the bench, not in the server
 backend_point() { TOP=tensorrt_llm_cpp multi_point $1 tensorrt_llm_cpp $2 $CLIENTS; }
 torch_point() {  # torch_point TAG TARGET C: one point per entry of POINT_CLIENTS (1: one bench process, as always)
   local k
@@ -252,6 +265,7 @@ for repo in $TORCH_REPOS; do  # e.g. "model_repository model_repository-pre4" (c
 ttag=torch${repo#model_repository}; [ $TREE = after ] || ttag=$TREE-$ttag
 if [ "${TORCH:-1}" = 1 ] && REAL=${REAL_TORCH:-0} up $repo $ttag $vars; then  # TORCH=0: the tensorrtllm layout only
   for t in ${TORCH_TARGETS//,/ }; do for c in ${CONC//,/ }; do torch_point $ttag $t $c; done; done
+  for t in ${TORCH_TARGETS//,/ }; do for r in ${RATES//,/ }; do rate_point $ttag $t $r; done; done
   if [ "${OPENAI:-1}" = 1 ] && [ $TREE = after ] && [ $repo = ${TORCH_REPOS%% *} ]; then  # the first repository only
     [ "${W1:-1}" = 1 ] && openai_variant w1 tensorrt_llm $FRONTEND --workers 1
     for n in ${WORKERS//,/ }; do
@@ -294,8 +308,9 @@ TREE=after
 if [ "${ENGINE:-1}" = 1 ] && [ "${REAL_TORCH:-0}" = 1 ]; then  # the real engine in-process: goal 3's yardstick
   stamp "real engine in-process (cuda, bf16)"
   timeout 150 $BENCH --targets engine --engine-device cuda --engine-dtype bfloat16 --engine-max-slots 128 \
-    --engine-max-seq-len 512 --concurrency $CONC --out $W/b-null-engine > $W/log-null-engine 2>&1
-  tail -n 6 $W/log-null-engine
+    --engine-max-seq-len 512 --concurrency $CONC ${RATES:+--request-rate $RATES --max-concurrency $RATE_CAP} \
+    --out $W/b-null-engine > $W/log-null-engine 2>&1
+  tail -n 8 $W/log-null-engine
 elif [ "${ENGINE:-1}" = 1 ]; then
   stamp "null engine in-process, step $STEP ms"
   LLMSERVE_NULL_STEP_MS=$STEP timeout 120 $BENCH --targets engine --engine-device cpu --engine-max-slots 256 \
@@ -313,13 +328,16 @@ d = Path(sys.argv[1])
 if (d / "b-null-engine/results.json").exists():
     for r in json.loads((d / "b-null-engine/results.json").read_text())["runs"]:
         s = r["summary"]
-        print(f"{os.environ['ENGINE_LABEL']} in-process c={r['load']}: {s['output_tokens_per_s']:,.0f} tok/s, TTFT p50 {s['ttft_ms']['p50']} ms\n")
-print("| point | bench tok/s | TTFT p50 ms | errors | server tok/s | cores (us CPU per token) |")
-print("|---|---|---|---|---|---|")
+        print(f"{os.environ['ENGINE_LABEL']} in-process {r['mode']}={r['load']}: {s['output_tokens_per_s']:,.0f} tok/s, "
+              f"TTFT p50 {s['ttft_ms']['p50']} ms, mean {s['ttft_ms']['mean']} ms\n")
+print("| point | bench tok/s | TTFT p50 ms | TTFT mean ms | engine queue / TTFT mean ms | errors | server tok/s | cores (us CPU per token) |")
+print("|---|---|---|---|---|---|---|---|")
 for f in sorted(d.glob("p-*.json"), key=lambda f: f.stat().st_mtime):
     p = json.loads(f.read_text())
     b = (p.get("bench") or [{}])[0]
     cores = ", ".join(f"{k} {v['cores']:.2f} ({v['us_per_token']})" for k, v in p["cpu"].items() if v["cores"] > 0.02)
-    print(f"| {p['label']} | {b.get('tok_s')} | {b.get('ttft_p50_ms')} | {b.get('errors')} | {p['server_tok_per_s']} | {cores} |")
+    eng = "; ".join(f"{m} {v.get('queue_ms')} / {v.get('ttft_ms')}" for m, v in p.get("engine_mean_ms", {}).items())
+    print(f"| {p['label']} | {b.get('tok_s')} | {b.get('ttft_p50_ms')} | {b.get('ttft_mean_ms')} | {eng} | {b.get('errors')} |"
+          f" {p['server_tok_per_s']} | {cores} |")
 PY
 stamp "done"

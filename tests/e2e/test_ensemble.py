@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import re
 
 import numpy as np
 import pytest
@@ -182,6 +183,14 @@ def test_health_and_metrics(layout_server):
         "llmserve_kv_cache_utilization",
     ):
         assert name in text, name
+
+    # Where the first token waited inside the engine model (the torch engine, or the stand-in past the relay):
+    # sums of seconds with their counts, queue time (arrival -> first step) within time to first token.
+    def value(name: str) -> float:
+        return sum(float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
+
+    assert value("llmserve_first_tokens_total") >= 1 and value("llmserve_requests_admitted_total") >= 1
+    assert 0 < value("llmserve_request_queue_seconds_total") < value("llmserve_time_to_first_token_seconds_total")
 
 
 def test_admin_endpoints_are_restricted(layout_server):
