@@ -1,6 +1,6 @@
 """The engine's own process (engine.torch.engine_process): what runs on the far side of
 engine_process.EngineProcess. Its main thread reads the stub's commands; the engine thread steps as
-in the stub and ships each step's outputs as one message; a state thread reports health and counters
+in the stub and ships each step's outputs as one message (its prefill's first tokens as one before it); a state thread reports health and counters
 every STATE_PERIOD_S (also the stub's sign that this process is alive). Log records go to the stub,
 which writes them to tritonserver's log.
 
@@ -123,11 +123,21 @@ class _PipeLogHandler(logging.Handler):
 
 def _child_engine(outbox: _Outbox) -> type:
     class ChildEngine(Engine):
-        """Ships what a step (or a failure of all requests) handed to the callbacks, in one message."""
+        """Ships what a step (or a failure of all requests) handed to the callbacks, in one message, and
+        the first tokens of the requests a step admitted as soon as their prefill has sampled them: a
+        step prefills its new requests and then decodes the running ones, and an engine on the stub's
+        thread hands a first token to its sender at once, so shipping it only at the step's end would
+        add one decode step to every request's time to first token here alone."""
 
         def step(self) -> None:
             try:
                 super().step()
+            finally:
+                outbox.flush()
+
+        def _prefill(self, seqs: list[Sequence]) -> None:
+            try:
+                super()._prefill(seqs)
             finally:
                 outbox.flush()
 

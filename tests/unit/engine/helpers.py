@@ -5,7 +5,7 @@ from llmserve.spec.deployment import Engine as EngineSection
 from llmserve.spec.deployment import Serving, Tokenizer, TorchEngine
 
 
-def make_engine(model, tokenizer, **overrides) -> Engine:
+def make_engine(model, tokenizer, engine_cls: type = Engine, **overrides) -> Engine:
     torch_defaults = TorchEngine()
     kw = dict(
         prefill_token_budget=torch_defaults.prefill_token_budget,
@@ -16,4 +16,4 @@ def make_engine(model, tokenizer, **overrides) -> Engine:
         cancel_poll_s=EngineSection().tensorrtllm.cancellation_check_period_ms / 1000,
     )
     kw.update(overrides)
-    return Engine(model, tokenizer, **kw)
+    return engine_cls(model, tokenizer, **kw)
