@@ -198,7 +198,7 @@ class Relay:
 
     def serve(self, request, sender) -> None:
         pb, final = self.pb, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        read = reader(pb, request)
+        read = reader(request)
         outer = request.request_id()
         stop = read("stop")
         if stop is not None and bool(stop.reshape(-1)[0]):

@@ -24,9 +24,15 @@ def parameters(args: dict) -> dict[str, str]:
     return {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
 
 
-def reader(pb, request):
+def reader(request):
+    """A request's inputs by name, listed once: pb.get_input_tensor_by_name lists every input of the
+    request again (a Python object each) for each name it is asked, and a request reads 30-40 names,
+    most of them absent (the sampling options). From the ensemble, `tensorrt_llm` gets 10-15 inputs a
+    request: the scans were about half of its parsing on the 2-core CPU (py-spy, docs/PERFORMANCE.md)."""
+    inputs = {t.name(): t for t in request.inputs()}
+
     def read(name: str):
-        t = pb.get_input_tensor_by_name(request, name)
+        t = inputs.get(name)
         return None if t is None else t.as_numpy()
 
     return read

@@ -23,7 +23,7 @@ class TritonPythonModel:
         self.cancel = CancelRelay(pb_utils, opts.cancellation_check_period_ms / 1000)
 
     def execute(self, requests):
-        reads = [reader(pb_utils, r) for r in requests]
+        reads = [reader(r) for r in requests]
         for request, read in zip(requests, reads):
             self.cancel.cancelled(request, read)  # sends the stop; the step is answered as usual, never with an error
         results = postprocess_batch(self.detok, reads)

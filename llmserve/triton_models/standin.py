@@ -30,7 +30,7 @@ class TritonPythonModel:
             send = StreamSender(
                 pb_utils, request, self.standin.sends
             )  # only the requested outputs (triton_glue.tensors)
-            read = reader(pb_utils, request)
+            read = reader(request)
             try:
                 stop = read("stop")
                 if stop is not None and bool(stop.reshape(-1)[0]):

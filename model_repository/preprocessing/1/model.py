@@ -18,7 +18,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         results = self.pre.process(
-            [reader(pb_utils, r) for r in requests],
+            [reader(r) for r in requests],
             [r.parameters() for r in requests],
             [r.request_id() for r in requests],
         )

@@ -60,7 +60,7 @@ class TritonPythonModel:
         for request in requests:
             send = StreamSender(pb_utils, request, self.sends)  # only the requested outputs (triton_glue.tensors)
             try:
-                read = reader(pb_utils, request)
+                read = reader(request)
                 if is_stop_request(read):
                     self._stop(request)
                     send(None, True)  # upstream answers a stop with one empty final response
@@ -91,7 +91,7 @@ class TritonPythonModel:
                 event.set()
 
             try:
-                read = reader(pb_utils, request)
+                read = reader(request)
                 if is_stop_request(read):
                     self._stop(request)
                     responses[i] = pb_utils.InferenceResponse(output_tensors=[])

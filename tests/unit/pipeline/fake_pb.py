@@ -107,10 +107,6 @@ class FakePb:
         self.InferenceRequest = InferenceRequest
 
     @staticmethod
-    def get_input_tensor_by_name(request, name):
-        return next((t for t in request.inputs() if t.name() == name), None)
-
-    @staticmethod
     def get_output_tensor_by_name(response, name):
         return next((t for t in response.output_tensors() if t.name() == name), None)
 
