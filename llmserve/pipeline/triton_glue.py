@@ -28,7 +28,7 @@ def reader(request):
     """A request's inputs by name, listed once: pb.get_input_tensor_by_name lists every input of the
     request again (a Python object each) for each name it is asked, and a request reads 30-40 names,
     most of them absent (the sampling options). From the ensemble, `tensorrt_llm` gets 10-15 inputs a
-    request: the scans were about half of its parsing on the 2-core CPU (py-spy, docs/PERFORMANCE.md)."""
+    request: the scans were 40 % of its parsing in a py-spy profile on the 2-core CPU (docs/PERFORMANCE.md)."""
     inputs = {t.name(): t for t in request.inputs()}
 
     def read(name: str):
