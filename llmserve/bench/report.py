@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,9 @@ def summarize(result: RunResult) -> dict:
     itl = [(r.last - r.first) / (r.tokens - 1) for r in ok if r.tokens > 1]
     gaps = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
     out_tokens = sum(r.tokens for r in ok)
+    # The window on the wall clock (perf_counter is CLOCK_MONOTONIC, one clock for every client process),
+    # so server-side counters can be read over the window alone, without the warm-up (scripts/h200/hops.py).
+    to_unix = time.time() - time.perf_counter()
     return {
         "requests": len(result.records),
         "completed": len(ok),
@@ -47,6 +51,7 @@ def summarize(result: RunResult) -> dict:
         "chunk_gap_ms": _pct(gaps),
         "e2e_ms": _pct(e2e),
         "mean_tokens_per_request": round(out_tokens / len(ok), 2) if ok else 0,
+        "window_unix": [round(result.started + to_unix, 3), round(result.ended + to_unix, 3)],
     }
 
 

@@ -19,6 +19,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -102,6 +103,44 @@ def per_call(dm: dict[str, float], metric: str) -> dict[str, float]:
     return out
 
 
+class Poller:
+    """Triton's metrics every PERIOD_S while the load runs, stamped with the wall clock, so that the engine
+    model's counters can be read over the bench's measured window alone (its summary's window_unix) and not
+    over its warm-up too (a burst: at an open-loop point it would bias every mean)."""
+
+    PERIOD_S = 0.25
+
+    def __init__(self, url: str):
+        self.url, self.samples, self._stop = url, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.PERIOD_S):
+            try:
+                self.samples.append((time.time(), metrics(self.url)))
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    # The engine model's counters reach the metrics port up to this late: its stats come from the engine's
+    # process every 0.1 s (engine_child.STATE_PERIOD_S) and are published every 0.5 s (EngineMetrics).
+    ENGINE_LAG_S = 0.6
+
+    def over(self, start: float, end: float) -> dict[str, float] | None:
+        """The engine counters' growth over the window: from the first sample ENGINE_LAG_S after `start`
+        (by then all that happened before the window is published: the warm-up's last first tokens would
+        otherwise land in it) to the first ENGINE_LAG_S after `end`."""
+        before = [m for t, m in self.samples if t >= start + self.ENGINE_LAG_S]
+        after = [m for t, m in self.samples if t >= end + self.ENGINE_LAG_S]
+        if not before or not after:
+            return None
+        return {k: after[0][k] - before[0].get(k, 0.0) for k in after[0]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--triton-pid", type=int, required=True)
@@ -118,9 +157,12 @@ def main() -> int:
     extra = dict(kv.split("=", 1) for kv in a.pid)
     extra = {k: int(v) for k, v in extra.items()}
     cpu0, m0, t0 = processes(a.triton_pid, extra), metrics(a.metrics), time.monotonic()
+    poller = Poller(a.metrics)
     rc = subprocess.call(cmd)
     wall = time.monotonic() - t0
     cpu1, m1 = processes(a.triton_pid, extra), metrics(a.metrics)
+    time.sleep(Poller.ENGINE_LAG_S + Poller.PERIOD_S)  # the samples the window's end needs (Poller.over)
+    poller.stop()
     dm = {k: m1[k] - m0.get(k, 0.0) for k in m1}
     tokens = dm.get(f"request_success:{a.top}", 0.0) * a.output_len
     point = {
@@ -149,6 +191,11 @@ def main() -> int:
     }
     if a.bench_out and (Path(a.bench_out) / "results.json").exists():
         runs = json.loads((Path(a.bench_out) / "results.json").read_text())["runs"]
+        window = runs[0]["summary"].get("window_unix") if runs else None
+        # The engine model's means over the bench's window only (the engine publishes every 0.5 s, so the
+        # edges are that coarse); None when the window was too short to hold two samples.
+        dw = poller.over(*window) if window else None
+        point["engine_mean_ms_window"] = engine_means(dw) if dw else None
         point["bench"] = [
             {
                 "target": r["target"],
@@ -173,7 +220,8 @@ def main() -> int:
         f"server {point['server_tok_per_s']} tok/s; calls/s {point['calls_per_s']}; "
         f"queue ms/call {point['queue_ms_per_call']}; in/infer/out ms/call {point['compute_input_ms_per_call']} "
         f"{point['compute_infer_ms_per_call']} {point['compute_output_ms_per_call']}; "
-        f"bench ttft mean {b.get('ttft_mean_ms')}; engine mean ms {point['engine_mean_ms']}; cores: {cores}",
+        f"bench ttft mean {b.get('ttft_mean_ms')}; engine mean ms {point['engine_mean_ms']} "
+        f"(window: {point.get('engine_mean_ms_window')}); cores: {cores}",
         flush=True,
     )
     return rc
