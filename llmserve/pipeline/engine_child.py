@@ -1,8 +1,8 @@
 """The engine's own process (engine.torch.engine_process): what runs on the far side of
 engine_process.EngineProcess. Its main thread reads the stub's commands; the engine thread steps as
-in the stub and ships each step's outputs as one message (its prefill's first tokens as one before it); a state thread reports health and counters
-every STATE_PERIOD_S (also the stub's sign that this process is alive). Log records go to the stub,
-which writes them to tritonserver's log.
+in the stub and ships each step's outputs as one message (its prefill's first tokens as one before
+it); a state thread reports health and counters every STATE_PERIOD_S (also the stub's sign that this
+process is alive). Log records go to the stub, which writes them to tritonserver's log.
 
 Messages are tuples, pickled by multiprocessing's connections. To the child: ("submit", sid, prompt,
 params, streaming, key, arrival), ("compile", cid, guide_type, guide), ("cancel", key), ("gone", sid),
