@@ -127,7 +127,7 @@ BACKEND = textwrap.dedent("""
 
         def execute(self, requests):
             for request in requests:
-                read = reader(pb_utils, request)
+                read = reader(request)
                 send = StreamSender(pb_utils, request)
                 stop = read("stop")
                 if stop is not None and bool(stop.reshape(-1)[0]):
