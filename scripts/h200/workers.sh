@@ -135,15 +135,20 @@ point() {  # point TAG TARGET CONC: one bench process (PROBE=1: and the engine s
     join <(sort $W/t0) <(sort $W/t1) | awk '{printf "  %s %-20s %.2f\n", $1, $2, $5 - $3}' | sort -k3 -rn | head -8
   fi
 }
-multi_point() {  # multi_point TAG TARGET C N [BENCH ARGS...]: TARGET read by one bench with --clients N (N processes
-  # of C/N streams over one shared window, percentiles pooled: one client process can be the limit of what it
-  # reads). tensorrt_llm_cpp: the stand-in read token-level directly, one response per token.
+multi_point() {  # multi_point TAG TARGET LOAD N [BENCH ARGS...]: TARGET read by one bench with --clients N (N
+  # processes, each its share of the load over one shared window, percentiles pooled: one client process can be
+  # the limit of what it reads). LOAD: C streams, or rR for Poisson arrivals at R requests/s (open loop: no
+  # closed-loop cohorts, so two targets at one rate compare what each adds to a request; in flight capped at
+  # RATE_CAP). tensorrt_llm_cpp: the stand-in read token-level directly, one response per token.
   local tag=$1 target=$2 c=$3 n=$4; shift 4
-  local bt=$target extra="$*" name=$target-$c-k$n
+  local bt=$target extra="$*" name=$target-$c-k$n load="--concurrency $c" label="c=$c"
+  if [[ $c == r* ]]; then
+    name=$target-$c load="--request-rate ${c#r} --max-concurrency $RATE_CAP" label="rate=${c#r}"
+  fi
   [ $target = tensorrt_llm_cpp ] && bt=tensorrt_llm extra="--token-model tensorrt_llm_cpp $extra" name=cpp-$c
-  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ${TOP:-$target} --label "$tag $target c=$c k=$n" \
+  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top ${TOP:-$target} --label "$tag $target $label k=$n" \
     --bench-out $W/b-$tag-$name --out $W/p-$tag-$name.json -- \
-    $BENCH --url localhost:18001 --targets $bt $extra --concurrency $c --clients $n --out $W/b-$tag-$name \
+    $BENCH --url localhost:18001 --targets $bt $extra $load --clients $n --out $W/b-$tag-$name \
     > $W/log-$tag-$name 2>&1
   grep HOPS $W/log-$tag-$name || tail -n 5 $W/log-$tag-$name
   python3 - $W/b-$tag-$name/results.json <<'PY'
@@ -152,15 +157,7 @@ s = json.loads(open(sys.argv[1]).read())["runs"][0]["summary"]
 print("  each client's TTFT p50:", sorted(c["ttft_p50_ms"] or 0 for c in s.get("clients", [])))
 PY
 }
-rate_point() {  # rate_point TAG TARGET R: Poisson arrivals at R requests/s from RATE_CLIENTS processes (open loop:
-  # no closed-loop cohorts, so the TTFT of two targets at one rate compares what each adds to a request)
-  local tag=$1 target=$2 r=$3 n=${RATE_CLIENTS:-8} name=$2-r$3
-  timeout ${POINT_TIMEOUT:-50} $HOPS --triton-pid $TPID --top $target --label "$tag $target rate=$r k=$n" \
-    --bench-out $W/b-$tag-$name --out $W/p-$tag-$name.json -- \
-    $BENCH --url localhost:18001 --targets $target --request-rate $r --max-concurrency $RATE_CAP --clients $n \
-    --out $W/b-$tag-$name > $W/log-$tag-$name 2>&1
-  grep HOPS $W/log-$tag-$name || tail -n 5 $W/log-$tag-$name
-}
+rate_point() { multi_point $1 $2 r$3 ${RATE_CLIENTS:-8}; }  # rate_point TAG TARGET R: R requests/s, RATE_CLIENTS processes
 RATE_CAP=${RATE_CAP:-128}  # the engine's slots: arrivals beyond it wait in the bench, not in the server
 backend_point() { TOP=tensorrt_llm_cpp multi_point $1 tensorrt_llm_cpp $2 $CLIENTS; }
 torch_point() {  # torch_point TAG TARGET C: one point per entry of POINT_CLIENTS (1: one bench process, as always)
