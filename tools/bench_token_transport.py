@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """What one streamed token costs a client of the token-level model, by transport: Triton's gRPC
-ModelStreamInfer read with grpc.aio (what the OpenAI frontend does today, client/aio.py) against
-Triton's HTTP generate_stream read with aiohttp (one server-sent event per response).
+ModelStreamInfer read with grpc.aio (`grpc`) against Triton's HTTP generate_stream read with aiohttp
+(`http`, what the OpenAI frontend does by default, client/aio.py; one server-sent event per response).
+Two more transports read with a thread per stream, as the tensorrtllm layout's relay does:
+`grpc-threads` is the relay's own reader (pipeline/backend_grpc.py, synchronous gRPC), `http-threads`
+generate_stream over http.client, one keep-alive connection per thread (not built into the relay).
 
 Starts a tritonserver on the tensorrtllm layout (the CI stand-in for the C++ backend, one response
 per token) with the null engine (LLMSERVE_NULL_STEP_MS), then runs the same closed-loop load over
@@ -10,32 +13,40 @@ CPU time per streamed token. Only the client's share differs by transport; it is
 per-token cost that docs/perf-gpu.md found to be the wall on this layout.
 
     python tools/bench_token_transport.py [--concurrency 8] [--requests 10] [--rounds 2]
+        [--transports grpc,http,grpc-threads,http-threads]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import resource
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import aiohttp
 import grpc
+import numpy as np
 from tritonclient.grpc import service_pb2_grpc
 
 from llmserve.bench.cpu import tree_cpu_seconds
 from llmserve.bench.soak import start_server
-from llmserve.client.wire import is_final, read_tokens, token_request
+from llmserve.checkpoint import build_checkpoint
+from llmserve.client.wire import is_final, read_tokens, tensors, token_request
+from llmserve.contract import ENGINE_INPUTS, by_name
 from llmserve.engine.null_model import NULL_STEP_ENV
+from llmserve.pipeline.backend_grpc import Backend
 from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
 
 MODEL = "tensorrt_llm_cpp"
+TRANSPORTS = ("grpc", "http", "grpc-threads", "http-threads")
 
 
 def body(tokens: int) -> dict:
@@ -88,6 +99,79 @@ async def grpc_stream(stub, req: dict, rid: str) -> int:
     return n
 
 
+def relay_arrays(req: dict) -> list[tuple[str, np.ndarray]]:
+    """The body as the relay hands it to Backend.stream: [1, n] arrays, as the backend receives them."""
+    return [(name, arr) for name, arr, _ in tensors(req, by_name(ENGINE_INPUTS))]
+
+
+def grpc_threads_stream(backend: Backend, arrays, rid: str) -> int:
+    n = 0
+    for r in backend.stream(MODEL, arrays, ["output_ids", "sequence_length"], rid):
+        if r.has_error():
+            raise RuntimeError(r.error().message())
+        by_name = {t.name(): t for t in r.output_tensors()}  # as pb.get_output_tensor_by_name reads them
+        if "output_ids" in by_name:
+            n += int(by_name["sequence_length"].as_numpy().reshape(-1)[0])
+            by_name["output_ids"].as_numpy()
+    return n
+
+
+def http_threads_stream(conn: http.client.HTTPConnection, payload: bytes) -> int:
+    conn.request("POST", f"/v2/models/{MODEL}/generate_stream", payload, {"Content-Type": "application/json"})
+    r, n = conn.getresponse(), 0
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
+    for line in r:  # one server-sent event per line; the blocking read releases the GIL
+        if line.startswith(b"data: "):
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise RuntimeError(event["error"])
+            ids = event.get("output_ids")
+            n += len(ids) if isinstance(ids, list) else 1
+    return n
+
+
+def run_threads(transport: str, http_url: str, grpc_url: str, server_pid: int, args) -> dict:
+    req = body(args.tokens)
+    backend, arrays, payload = Backend(grpc_url), relay_arrays(req), json.dumps(req).encode()
+    host, port = http_url.rsplit(":", 1)
+    conns = [http.client.HTTPConnection(host, int(port)) for _ in range(args.concurrency)]
+
+    def one(w: int, i: int) -> int:
+        if transport == "http-threads":
+            return http_threads_stream(conns[w], payload)
+        return grpc_threads_stream(backend, arrays, f"bench-t{i}")
+
+    for w in range(args.concurrency):
+        one(w, -1 - w)  # warm: every connection open
+    counts = [0] * args.concurrency
+
+    def worker(w: int) -> None:
+        for k in range(args.requests):
+            counts[w] += one(w, w * args.requests + k)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.concurrency)]
+    c0, s0, t0 = own_cpu(), tree_cpu_seconds(server_pid), time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall, tokens = time.monotonic() - t0, sum(counts)
+    for c in conns:
+        c.close()
+    return summary(transport, tokens, wall, c0, s0, server_pid)
+
+
+def summary(transport: str, tokens: int, wall: float, c0: float, s0: float, server_pid: int) -> dict:
+    return {
+        "transport": transport,
+        "tokens": tokens,
+        "tok_per_s": round(tokens / wall),
+        "client_us_per_token": round((own_cpu() - c0) / tokens * 1e6, 1),
+        "server_us_per_token": round((tree_cpu_seconds(server_pid) - s0) / tokens * 1e6, 1),
+    }
+
+
 async def run(transport: str, http_url: str, grpc_url: str, server_pid: int, args) -> dict:
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     channel = grpc.aio.insecure_channel(grpc_url)
@@ -110,14 +194,7 @@ async def run(transport: str, http_url: str, grpc_url: str, server_pid: int, arg
 
     c0, s0, t0 = own_cpu(), tree_cpu_seconds(server_pid), time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(args.concurrency)))
-    wall = time.monotonic() - t0
-    result = {
-        "transport": transport,
-        "tokens": tokens,
-        "tok_per_s": round(tokens / wall),
-        "client_us_per_token": round((own_cpu() - c0) / tokens * 1e6, 1),
-        "server_us_per_token": round((tree_cpu_seconds(server_pid) - s0) / tokens * 1e6, 1),
-    }
+    result = summary(transport, tokens, time.monotonic() - t0, c0, s0, server_pid)
     await session.close()
     await channel.close()
     return result
@@ -130,21 +207,30 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=10, help="per stream and round")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the two transports")
+    ap.add_argument("--transports", default="grpc,http", help=f"comma-separated, of {', '.join(TRANSPORTS)}")
     ap.add_argument("--step-ms", type=float, default=1.0, help="the null engine's step time")
     args = ap.parse_args()
+    transports = args.transports.split(",")
+    if unknown := sorted(set(transports) - set(TRANSPORTS)):
+        ap.error(f"--transports: unknown {', '.join(unknown)} (known: {', '.join(TRANSPORTS)})")
     os.environ[NULL_STEP_ENV] = str(args.step_ms)
     spec_path = Path(args.spec).resolve()
     spec = load_spec(spec_path)
     work = Path(tempfile.mkdtemp(prefix="token-transport-"))
     repo = work / "model_repository"
+    build_checkpoint(spec)  # first: the stand-in's repository needs the checkpoint's tokenizer
     write_repository(spec, spec_path.name, repo, standin=spec.engine.kind == "tensorrtllm")
     print(f"starting tritonserver on {repo} ...", file=sys.stderr, flush=True)
     server = start_server(spec_path, work, repository=repo)
     try:
         http_url, grpc_url = f"localhost:{server.http_port}", f"localhost:{server.grpc_port}"
         for _ in range(args.rounds):
-            for transport in ("grpc", "http"):
-                print(json.dumps(asyncio.run(run(transport, http_url, grpc_url, server.proc.pid, args))), flush=True)
+            for transport in transports:
+                if transport.endswith("-threads"):
+                    result = run_threads(transport, http_url, grpc_url, server.proc.pid, args)
+                else:
+                    result = asyncio.run(run(transport, http_url, grpc_url, server.proc.pid, args))
+                print(json.dumps(result), flush=True)
     finally:
         server.stop()
     return 0
