@@ -67,17 +67,23 @@ def own_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def event_tokens(line: bytes) -> int:
+    """The tokens of one line of a generate_stream response (0 for a line that is not an event)."""
+    if not line.startswith(b"data: "):
+        return 0
+    event = json.loads(line[6:])
+    if "error" in event:
+        raise RuntimeError(event["error"])
+    ids = event.get("output_ids")
+    return len(ids) if isinstance(ids, list) else 1
+
+
 async def http_stream(session: aiohttp.ClientSession, url: str, req: dict) -> int:
     n = 0
     async with session.post(f"http://{url}/v2/models/{MODEL}/generate_stream", json=req) as r:
         r.raise_for_status()
         async for line in r.content:
-            if line.startswith(b"data: "):
-                event = json.loads(line[6:])
-                if "error" in event:
-                    raise RuntimeError(event["error"])
-                ids = event.get("output_ids")
-                n += len(ids) if isinstance(ids, list) else 1
+            n += event_tokens(line)
     return n
 
 
@@ -109,10 +115,10 @@ def grpc_threads_stream(backend: Backend, arrays, rid: str) -> int:
     for r in backend.stream(MODEL, arrays, ["output_ids", "sequence_length"], rid):
         if r.has_error():
             raise RuntimeError(r.error().message())
-        by_name = {t.name(): t for t in r.output_tensors()}  # as pb.get_output_tensor_by_name reads them
-        if "output_ids" in by_name:
-            n += int(by_name["sequence_length"].as_numpy().reshape(-1)[0])
-            by_name["output_ids"].as_numpy()
+        outputs = {t.name(): t for t in r.output_tensors()}  # as pb.get_output_tensor_by_name reads them
+        if "output_ids" in outputs:
+            n += int(outputs["sequence_length"].as_numpy().reshape(-1)[0])
+            outputs["output_ids"].as_numpy()
     return n
 
 
@@ -122,12 +128,7 @@ def http_threads_stream(conn: http.client.HTTPConnection, payload: bytes) -> int
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
     for line in r:  # one server-sent event per line; the blocking read releases the GIL
-        if line.startswith(b"data: "):
-            event = json.loads(line[6:])
-            if "error" in event:
-                raise RuntimeError(event["error"])
-            ids = event.get("output_ids")
-            n += len(ids) if isinstance(ids, list) else 1
+        n += event_tokens(line)
     return n
 
 
