@@ -201,6 +201,17 @@ async def run(transport: str, http_url: str, grpc_url: str, server_pid: int, arg
     return result
 
 
+def measure(transports: list[str], http_url: str, grpc_url: str, server_pid: int, args) -> None:
+    """Each transport in turn, `args.rounds` times, one JSON line each."""
+    for _ in range(args.rounds):
+        for transport in transports:
+            if transport.endswith("-threads"):
+                result = run_threads(transport, http_url, grpc_url, server_pid, args)
+            else:
+                result = asyncio.run(run(transport, http_url, grpc_url, server_pid, args))
+            print(json.dumps({"concurrency": args.concurrency, **result}), flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", default=str(ROOT / "specs/tiny-trtllm.yaml"))
@@ -210,10 +221,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the two transports")
     ap.add_argument("--transports", default="grpc,http", help=f"comma-separated, of {', '.join(TRANSPORTS)}")
     ap.add_argument("--step-ms", type=float, default=1.0, help="the null engine's step time")
+    ap.add_argument("--http", help="a running server's HTTP host:port (none is started; with --grpc and --server-pid)")
+    ap.add_argument("--grpc", help="its gRPC host:port")
+    ap.add_argument("--server-pid", type=int, help="its tritonserver's pid (CPU counted with its stubs)")
     args = ap.parse_args()
     transports = args.transports.split(",")
     if unknown := sorted(set(transports) - set(TRANSPORTS)):
         ap.error(f"--transports: unknown {', '.join(unknown)} (known: {', '.join(TRANSPORTS)})")
+    if args.http:
+        if not (args.grpc and args.server_pid):
+            ap.error("--http needs --grpc and --server-pid")
+        measure(transports, args.http, args.grpc, args.server_pid, args)
+        return 0
     os.environ[NULL_STEP_ENV] = str(args.step_ms)
     spec_path = Path(args.spec).resolve()
     spec = load_spec(spec_path)
@@ -224,14 +243,7 @@ def main() -> int:
     print(f"starting tritonserver on {repo} ...", file=sys.stderr, flush=True)
     server = start_server(spec_path, work, repository=repo)
     try:
-        http_url, grpc_url = f"localhost:{server.http_port}", f"localhost:{server.grpc_port}"
-        for _ in range(args.rounds):
-            for transport in transports:
-                if transport.endswith("-threads"):
-                    result = run_threads(transport, http_url, grpc_url, server.proc.pid, args)
-                else:
-                    result = asyncio.run(run(transport, http_url, grpc_url, server.proc.pid, args))
-                print(json.dumps(result), flush=True)
+        measure(transports, f"localhost:{server.http_port}", f"localhost:{server.grpc_port}", server.proc.pid, args)
     finally:
         server.stop()
     return 0

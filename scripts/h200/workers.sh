@@ -35,6 +35,9 @@
 # graphs, the Triton kernels) instead of the null one, for what users run; the tensorrtllm layout stays null.
 # RATES (comma list of requests/s, default none): each torch-layout target also under Poisson arrivals at each rate
 # (open loop, RATE_CLIENTS processes, in flight capped at RATE_CAP), and ENGINE's in-process run at the same rates.
+# READERS (comma list of concurrencies, default none): on each tensorrtllm-layout server, tools/bench_token_transport.py
+# reads tensorrt_llm_cpp from one process with a thread per stream, as the relay does (grpc-threads: its own
+# synchronous gRPC reader; http-threads: generate_stream over http.client), and over aiohttp / grpc.aio: CPU per token.
 # TRTLLM_EXTRAS (";"-separated, "-" for none): tritonserver flag sets, each running the tensorrtllm repositories
 # once more (tag -x1, -x2...), e.g. "-;--http-thread-count=32".
 # The OpenAI load comes from tools/bench.py --clients CLIENTS (CONC / CLIENTS streams a process, one window,
@@ -51,6 +54,7 @@ export LLMSERVE_ADMIN_KEY=${LLMSERVE_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom 
 STEP=${NULL_STEP_MS:-1}
 CONC=${CONC:-64,128,256}
 RATES=${RATES:-}
+READERS=${READERS:-}
 WORKERS=${WORKERS-4,8}
 REUSE=${REUSE-4}  # REUSE= (empty): none
 CLIENTS=${CLIENTS:-2}
@@ -290,6 +294,12 @@ for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_reposito
     for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do
       if [ $t = tensorrt_llm_cpp ]; then backend_point $tag $c; else point $tag $t $c; fi
     done; done
+    for c in ${READERS//,/ }; do  # the relay's way of reading the stand-in against the others, one client process
+      stamp "readers $tag c=$c"
+      timeout 240 python3 $H/after/tools/bench_token_transport.py --http localhost:18000 --grpc localhost:18001 \
+        --server-pid $TPID --concurrency $c --requests 6 --rounds 2 --transports grpc-threads,http-threads,http,grpc \
+        > $W/readers-$tag-c$c.log 2>&1; grep '"transport"' $W/readers-$tag-c$c.log || tail -n 20 $W/readers-$tag-c$c.log
+    done
     for n in ${TRTLLM_WORKERS:-}; do  # the OpenAI API on this layout too (bench-1b.yaml: the model name the
       # bench asks for; so the token-level model is named: the C++ backend's, past the relay)
       token_variants $tag- $n tensorrt_llm_cpp --token-model tensorrt_llm_cpp
