@@ -14,6 +14,8 @@ per-token cost that docs/perf-gpu.md found to be the wall on this layout.
 
     python tools/bench_token_transport.py [--concurrency 8] [--requests 10] [--rounds 2]
         [--transports grpc,http,grpc-threads,http-threads]
+    python tools/bench_token_transport.py --http HOST:PORT --grpc HOST:PORT --server-pid PID ...
+        (a server already running, e.g. a GPU host's: scripts/h200/workers.sh READERS)
 """
 
 from __future__ import annotations
