@@ -7,12 +7,11 @@ grpc's C core, outside every python_backend lock, so any number of relay threads
 `stream()` yields the backend's responses as objects with the BLS response's interface
 (`has_error()`, `error().message()`, `output_tensors()` of tensors with `name()` / `as_numpy()`), so
 `pb.get_output_tensor_by_name` reads them as it reads BLS responses. The server's gRPC address comes
-from its own command line (a stub's parent process is tritonserver): no configuration to get wrong."""
+from its own command line (own_server.py)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable, Iterator
 
@@ -22,10 +21,10 @@ from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 from .cancellation import stop_arrays
+from .own_server import own_server_address
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 8001  # tritonserver's own default for --grpc-port
 # Generation logits are vocabulary-sized per token; the default 4 MiB would refuse a long non-streamed one.
 MAX_MESSAGE_BYTES = 1 << 30
 FINAL = "triton_final_response"
@@ -45,30 +44,6 @@ def add_inputs(req: service_pb2.ModelInferRequest, items: Iterable[tuple[str, np
 def is_final(resp: service_pb2.ModelInferResponse) -> bool:
     final = resp.parameters.get(FINAL)
     return final is not None and final.bool_param
-
-
-def server_address(cmdline: list[str]) -> str:
-    """host:port of the gRPC endpoint that tritonserver started with `cmdline` listens on."""
-    opts: dict[str, str] = {}
-    for i, arg in enumerate(cmdline):
-        if arg.startswith("--") and "=" in arg:
-            key, value = arg.split("=", 1)
-            opts[key] = value
-        elif arg.startswith("--") and i + 1 < len(cmdline) and not cmdline[i + 1].startswith("--"):
-            opts[arg] = cmdline[i + 1]
-    if opts.get("--allow-grpc", "true").lower() in ("false", "0", "off", "no"):
-        raise RuntimeError(
-            "the relay and the unary twins reach their model over this server's gRPC endpoint: "
-            "start tritonserver without --allow-grpc=false"
-        )
-    host = opts.get("--grpc-address", "0.0.0.0")
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
-    return f"{host}:{int(opts.get('--grpc-port', DEFAULT_PORT))}"
-
-
-def own_server_address() -> str:
-    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-        return server_address([a.decode() for a in f.read().split(b"\0") if a])
 
 
 def _read_to_end(call) -> None:

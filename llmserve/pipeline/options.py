@@ -158,6 +158,7 @@ class RelayOptions(ModelParams):
     max_output_len: int
     exclude_input_in_output: bool
     cancellation_check_period_ms: int
+    backend_transport: str  # engine.tensorrtllm.relay_transport: grpc or http (pipeline/backend_http.py)
     # the engine returns generation_logits (engine.tensorrtllm.gather_generation_logits): top log-probs
     # (num_top_log_probs) are computed from them, else refused (pipeline/top_logprobs.py)
     gather_generation_logits: bool = False
@@ -173,6 +174,7 @@ class RelayOptions(ModelParams):
             max_output_len=spec.engine.max_output_len,
             exclude_input_in_output=spec.serving.exclude_input_in_output,
             cancellation_check_period_ms=cancellation_check_period_ms(spec),
+            backend_transport=spec.engine.tensorrtllm.relay_transport,
             gather_generation_logits=spec.engine.tensorrtllm.gather_generation_logits,
             stream_interval_ms=spec.engine.tensorrtllm.relay_stream_interval_ms,
         )

@@ -4,8 +4,8 @@ TensorRT-LLM's backend streams each response's new tokens and nothing else: no t
 (`output_context_ids`), no per-request key. Postprocessing, called once per response as a new request,
 possibly on another instance, cannot keep per-stream state, so chunks decoded alone lose characters
 split across chunks and SentencePiece spaces. The relay is one request for the whole stream: it calls
-the backend with streaming on, as a gRPC client of its own server (pipeline/backend_grpc.py: decoupled
-BLS deadlocks a stub whose several threads iterate it), the backend request's id being the request's
+the backend with streaming on, as a gRPC or HTTP client of its own server (pipeline/backend_grpc.py:
+decoupled BLS deadlocks a stub whose several threads iterate it; backend_http.py), the backend request's id being the request's
 key, so a `stop` reaches it from any relay instance; and it gives the ensemble exactly the
 torch engine's token-level contract:
 
@@ -41,6 +41,7 @@ from ..request.token_request import EngineRequest, parse_engine_request
 from ..text.stop_words import StopMatcher
 from . import top_logprobs
 from .backend_grpc import Backend
+from .backend_http import HttpBackend
 from .cancellation import NO_REQUEST_ID, PollThrottle, key_tensor, request_key
 from .options import RelayOptions
 from .stream_output import TokenStream
@@ -176,7 +177,8 @@ class Relay:
     ):
         self.pb, self.opts, self.tok, self.decoupled, self.clock = pb, opts, tokenizer, decoupled, clock
         self.sleep = sleep
-        self.backend = backend or Backend()  # this server's gRPC endpoint (backend_grpc: not BLS)
+        # this server's own endpoint (backend_grpc, backend_http: not BLS)
+        self.backend = backend or (HttpBackend() if opts.backend_transport == "http" else Backend())
         self.target = opts.target_model
         self.vocab = top_logprobs.model_vocab_size(opts.tokenizer_dir)  # cuts generation_logits' padding
         self.interval_s = opts.stream_interval_ms / 1000

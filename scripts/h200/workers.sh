@@ -164,7 +164,7 @@ PY
 rate_point() { multi_point $1 $2 r$3 ${RATE_CLIENTS:-8}; }  # rate_point TAG TARGET R: R requests/s, RATE_CLIENTS processes
 RATE_CAP=${RATE_CAP:-128}  # the engine's slots: arrivals beyond it wait in the bench, not in the server
 backend_point() { TOP=tensorrt_llm_cpp multi_point $1 tensorrt_llm_cpp $2 $CLIENTS; }
-torch_point() {  # torch_point TAG TARGET C: one point per entry of POINT_CLIENTS (1: one bench process, as always)
+torch_point() {  # torch_point TAG TARGET C (either layout): one point per entry of POINT_CLIENTS (1: one bench process)
   local k
   for k in ${POINT_CLIENTS:-1}; do
     if [ $k = 1 ]; then point $1 $2 $3; else multi_point $1 $2 $3 $k; fi
@@ -292,7 +292,7 @@ for repo in ${TRTLLM_REPOS:-model_repository-trtllm}; do  # e.g. "model_reposito
   tag=trtllm${repo#model_repository-trtllm}; [ $TREE = after ] || tag=$TREE-$tag; [ $x = 0 ] || tag=$tag-x$x
   if [ "${TRTLLM:-1}" = 1 ] && up $repo $tag "TRITON_EXTRA=$extra"; then
     for t in ${TRTLLM_TARGETS:-ensemble}; do for c in ${CONC//,/ }; do
-      if [ $t = tensorrt_llm_cpp ]; then backend_point $tag $c; else point $tag $t $c; fi
+      if [ $t = tensorrt_llm_cpp ]; then backend_point $tag $c; else torch_point $tag $t $c; fi
     done; done
     for c in ${READERS//,/ }; do  # the relay's way of reading the stand-in against the others, one client process
       stamp "readers $tag c=$c"

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from llmserve.pipeline.backend_grpc import FINAL, Backend, is_final, server_address
+from llmserve.pipeline.backend_grpc import FINAL, Backend, is_final
+from llmserve.pipeline.own_server import server_address
 
 
 @pytest.mark.parametrize(

@@ -163,6 +163,7 @@ def relay_for(pb, decoupled=True, clock=None, interval_ms=0.0, **options):
         max_output_len=64,
         exclude_input_in_output=True,
         cancellation_check_period_ms=250,
+        backend_transport="grpc",
         stream_interval_ms=interval_ms,
         **options,
     )

@@ -1,0 +1,256 @@
+"""The relay's other way to the C++ backend (engine.tensorrtllm.relay_transport: http): Triton's HTTP
+`generate_stream` on its own server, a thread per stream as over gRPC, each stream on a keep-alive
+connection of its own (taken from a pool, given back once its response is read to the end).
+
+Why: read a token at a time, grpc's synchronous stream costs 2.6-3.4x the client CPU per token of the
+same thread-per-stream read of generate_stream's server-sent events (docs/PERFORMANCE.md, "The relay's
+reader, by transport"), and on a GPU host the relay's reads are the tensorrtllm layout's cost.
+
+What the generate endpoint cannot carry goes over gRPC (backend_grpc.Backend), per request:
+- generation logits (top log-probs): vocabulary-sized rows as JSON numbers;
+- an input whose shape the endpoint would not rebuild: it takes each input as one flat list and shapes
+  it from the model's dims (the fixed dims first, the innermost variable dim takes the rest, any other
+  variable dim 1: tritonserver's src/http_server.cc, ExactMappingInput). `generate_shape` is that rule,
+  checked against every input's own shape; an empty input or a non-finite float goes over gRPC too;
+- request parameters (a top-level generate key that is no input becomes one; the relay sends none).
+
+A stop by id goes over gRPC, as before: it is one unary-like stream, off the per-token path.
+
+`stream()` yields objects with the BLS response's interface, as backend_grpc's do, so the relay reads
+both transports the same way."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+from tritonclient.utils import triton_to_np_dtype
+
+from ..contract import GENERATION_LOGITS
+from .backend_grpc import Backend
+from .own_server import own_server_address
+
+log = logging.getLogger(__name__)
+
+HEADERS = {"Content-Type": "application/json"}
+EVENT = b"data: "
+# A connection the server closed while it sat in the pool fails at once, before the request reached a
+# model: such a request is sent once more on a new connection.
+STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
+def generate_shape(dims: list[int], count: int) -> tuple[int, ...] | None:
+    """The shape Triton's generate endpoint gives a flat list of `count` elements for an input of the
+    model's `dims` (its metadata shape, the batch dim included); None where it refuses it."""
+    shape, rest = list(dims), count
+    for d in dims:
+        if d != -1:
+            if d == 0 or rest % d:
+                return None
+            rest //= d
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] == -1:
+            shape[i], rest = rest, 1
+    return tuple(shape) if rest == 1 else None
+
+
+def flat_json(arr: np.ndarray) -> list | None:
+    """One input's values as the flat JSON list generate takes, or None where JSON cannot carry them
+    exactly (bytes that are not UTF-8, a NaN or an infinity)."""
+    flat = arr.reshape(-1)
+    if flat.dtype == np.object_ or flat.dtype.kind == "S":
+        try:
+            return [v.decode() if isinstance(v, bytes) else str(v) for v in flat.tolist()]
+        except UnicodeDecodeError:
+            return None
+    values = flat.tolist()
+    if flat.dtype.kind == "f" and not all(math.isfinite(v) for v in values):
+        return None
+    return values
+
+
+class _Tensor:
+    def __init__(self, name: str, array: np.ndarray):
+        self._name, self._array = name, array
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+
+class Response:
+    """One server-sent event of generate_stream (or the error that refused the request), read like a
+    BLS response. Its tensors are flat: the relay reshapes what it reads."""
+
+    def __init__(self, event: dict, dtypes: dict[str, type]):
+        self._event, self._dtypes = event, dtypes
+        self._tensors: list[_Tensor] | None = None
+
+    def has_error(self) -> bool:
+        return "error" in self._event
+
+    def error(self) -> Response:
+        return self
+
+    def message(self) -> str:
+        return str(self._event.get("error", ""))
+
+    def output_tensors(self) -> list[_Tensor]:
+        if self._tensors is None:  # built once: pb.get_output_tensor_by_name asks for the list at every lookup
+            self._tensors = [
+                _Tensor(name, np.asarray(value, dtype=self._dtypes[name]).reshape(-1))
+                for name, value in self._event.items()
+                if name in self._dtypes
+            ]
+        return self._tensors
+
+
+def _error_text(status: int, body: bytes) -> str:
+    """The message of a refused generate request (Triton answers `{"error": "..."}`)."""
+    try:
+        return str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {status}: {body[:200].decode(errors='replace')}"
+
+
+class HttpBackend:
+    """generate_stream to this server, falling back to `grpc` for what it cannot carry (module doc)."""
+
+    def __init__(self, address: str | None = None, grpc: Backend | None = None):
+        self._address = address
+        self.grpc = grpc or Backend()
+        self._lock = threading.Lock()
+        self._idle: list[http.client.HTTPConnection] = []
+        self._models: dict[str, tuple[dict[str, list[int]], dict[str, type]]] = {}  # inputs' dims, outputs' dtypes
+
+    def stream(
+        self,
+        model: str,
+        inputs: list[tuple[str, np.ndarray]],
+        outputs: list[str],
+        request_id: str,
+        parameters: dict | None = None,
+    ) -> Iterator:
+        """As backend_grpc.Backend.stream. `outputs`: generate returns every output of the model; these
+        only decide the transport (generation logits go over gRPC)."""
+        body = None if parameters or GENERATION_LOGITS in outputs else self._body(model, inputs, request_id)
+        if body is None:
+            return self.grpc.stream(model, inputs, outputs, request_id, parameters)
+        return self._stream(model, body, request_id)
+
+    def stop(self, model: str, request_id: str) -> bool:
+        return self.grpc.stop(model, request_id)
+
+    def _body(self, model: str, inputs, request_id: str) -> bytes | None:
+        dims, _ = self._metadata(model)
+        body: dict = {"id": request_id} if request_id else {}
+        for name, arr in inputs:
+            values = flat_json(arr) if name in dims and arr.size else None
+            if values is None or generate_shape(dims[name], arr.size) != arr.shape:
+                return None
+            body[name] = values
+        return json.dumps(body).encode()
+
+    def _metadata(self, model: str) -> tuple[dict[str, list[int]], dict[str, type]]:
+        """The model's inputs' dims and outputs' dtypes, read once (its metadata endpoint)."""
+        if model not in self._models:
+            conn = self._take()
+            try:
+                conn.request("GET", f"/v2/models/{model}")
+                r = conn.getresponse()
+                body = r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"metadata of {model}: {_error_text(r.status, body)}")
+            except BaseException:
+                conn.close()
+                raise
+            self._give_back(conn, r)
+            meta = json.loads(body)
+            self._models[model] = (
+                {t["name"]: [int(d) for d in t["shape"]] for t in meta["inputs"]},
+                {t["name"]: triton_to_np_dtype(t["datatype"]) for t in meta["outputs"]},
+            )
+        return self._models[model]
+
+    def _take(self) -> http.client.HTTPConnection:
+        """An idle keep-alive connection, else a new one."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            # Read at the first request, not at load: the endpoint opens once every model is loaded.
+            self._address = self._address or own_server_address("http")
+        return self._new()
+
+    def _new(self) -> http.client.HTTPConnection:
+        host, port = self._address.rsplit(":", 1)
+        return http.client.HTTPConnection(host.strip("[]"), int(port))
+
+    def _give_back(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse | None) -> None:
+        """Into the pool once its response was read to the end; closed otherwise."""
+        if response is not None and response.isclosed() and not response.will_close:
+            with self._lock:
+                self._idle.append(conn)
+        else:
+            conn.close()
+
+    def _post(self, model: str, body: bytes) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        conn = self._take()
+        pooled = conn.sock is not None  # a pooled connection may have been closed by the server meanwhile
+        try:
+            return conn, self._send(conn, model, body)
+        except STALE:
+            conn.close()
+            if not pooled:
+                raise
+        except BaseException:
+            conn.close()
+            raise
+        conn = self._new()
+        try:
+            return conn, self._send(conn, model, body)
+        except BaseException:
+            conn.close()
+            raise
+
+    @staticmethod
+    def _send(conn: http.client.HTTPConnection, model: str, body: bytes) -> http.client.HTTPResponse:
+        conn.request("POST", f"/v2/models/{model}/generate_stream", body, HEADERS)
+        return conn.getresponse()
+
+    def _stream(self, model: str, body: bytes, request_id: str) -> Iterator[Response]:
+        _, dtypes = self._metadata(model)
+        conn, r = self._post(model, body)
+        answered = False
+        try:
+            # A stream's status is its first response's (an error response from the model: 400 or 500
+            # with the error as its event); a JSON body is a refusal before the request reached the model.
+            if not r.getheader("Content-Type", "").startswith("text/event-stream"):
+                answered = True
+                yield Response({"error": _error_text(r.status, r.read())}, dtypes)
+                return
+            for line in r:  # one event per line; the blocking read releases the GIL
+                if line.startswith(EVENT):
+                    yield Response(json.loads(line[len(EVENT) :]), dtypes)
+            answered = True  # the body's end: the backend's final response
+        finally:
+            # Closed before the end (the relay stopped reading: a send of its own failed): the request is
+            # stopped by id, as over gRPC, and its remaining events are read so the connection can serve again.
+            if not answered and request_id:
+                try:
+                    self.stop(model, request_id)
+                except Exception as e:  # the request then ends by itself; the stream is read to then
+                    log.warning("stop %r on %s failed: %s", request_id, model, e)
+            try:
+                if not answered:
+                    for _ in r:
+                        pass
+            except (OSError, http.client.HTTPException) as e:
+                log.debug("backend stream ended: %s", e)
+            self._give_back(conn, r)
