@@ -3,8 +3,8 @@
 ModelStreamInfer read with grpc.aio (`grpc`) against Triton's HTTP generate_stream read with aiohttp
 (`http`, what the OpenAI frontend does by default, client/aio.py; one server-sent event per response).
 Two more transports read with a thread per stream, as the tensorrtllm layout's relay does:
-`grpc-threads` is the relay's own reader (pipeline/backend_grpc.py, synchronous gRPC), `http-threads`
-generate_stream over http.client, one keep-alive connection per thread (not built into the relay).
+`grpc-threads` is the relay's gRPC reader (pipeline/backend_grpc.py, synchronous gRPC), `http-threads`
+its HTTP one (pipeline/backend_http.py: generate_stream over http.client, pooled keep-alive connections).
 
 Starts a tritonserver on the tensorrtllm layout (the CI stand-in for the C++ backend, one response
 per token) with the null engine (LLMSERVE_NULL_STEP_MS), then runs the same closed-loop load over
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import json
 import os
 import resource
@@ -44,6 +43,7 @@ from llmserve.client.wire import is_final, read_tokens, tensors, token_request
 from llmserve.contract import ENGINE_INPUTS, by_name
 from llmserve.engine.null_model import NULL_STEP_ENV
 from llmserve.pipeline.backend_grpc import Backend
+from llmserve.pipeline.backend_http import HttpBackend
 from llmserve.repository.writer import write_repository
 from llmserve.spec import ROOT, load_spec
 
@@ -112,7 +112,8 @@ def relay_arrays(req: dict) -> list[tuple[str, np.ndarray]]:
     return [(name, arr) for name, arr, _ in tensors(req, by_name(ENGINE_INPUTS))]
 
 
-def grpc_threads_stream(backend: Backend, arrays, rid: str) -> int:
+def relay_stream(backend, arrays, rid: str) -> int:
+    """One stream read as the relay reads it: `backend` is its gRPC or HTTP reader."""
     n = 0
     for r in backend.stream(MODEL, arrays, ["output_ids", "sequence_length"], rid):
         if r.has_error():
@@ -124,34 +125,24 @@ def grpc_threads_stream(backend: Backend, arrays, rid: str) -> int:
     return n
 
 
-def http_threads_stream(conn: http.client.HTTPConnection, payload: bytes) -> int:
-    conn.request("POST", f"/v2/models/{MODEL}/generate_stream", payload, {"Content-Type": "application/json"})
-    r, n = conn.getresponse(), 0
-    if r.status != 200:
-        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
-    for line in r:  # one server-sent event per line; the blocking read releases the GIL
-        n += event_tokens(line)
-    return n
-
-
 def run_threads(transport: str, http_url: str, grpc_url: str, server_pid: int, args) -> dict:
-    req = body(args.tokens)
-    backend, arrays, payload = Backend(grpc_url), relay_arrays(req), json.dumps(req).encode()
-    host, port = http_url.rsplit(":", 1)
-    conns = [http.client.HTTPConnection(host, int(port)) for _ in range(args.concurrency)]
-
-    def one(w: int, i: int) -> int:
-        if transport == "http-threads":
-            return http_threads_stream(conns[w], payload)
-        return grpc_threads_stream(backend, arrays, f"bench-t{i}")
-
-    for w in range(args.concurrency):
-        one(w, -1 - w)  # warm: every connection open
+    """A thread per stream, as the relay runs: grpc-threads its gRPC reader, http-threads its HTTP one."""
+    grpc_backend = Backend(grpc_url)
+    backend = HttpBackend(http_url, grpc=grpc_backend) if transport == "http-threads" else grpc_backend
+    arrays = relay_arrays(body(args.tokens))
+    # Warm, all at once: every thread then finds a pooled connection (HTTP).
+    warm = [
+        threading.Thread(target=relay_stream, args=(backend, arrays, f"bench-w{w}")) for w in range(args.concurrency)
+    ]
+    for t in warm:
+        t.start()
+    for t in warm:
+        t.join()
     counts = [0] * args.concurrency
 
     def worker(w: int) -> None:
         for k in range(args.requests):
-            counts[w] += one(w, w * args.requests + k)
+            counts[w] += relay_stream(backend, arrays, f"bench-t{w * args.requests + k}")
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.concurrency)]
     c0, s0, t0 = own_cpu(), tree_cpu_seconds(server_pid), time.monotonic()
@@ -159,10 +150,7 @@ def run_threads(transport: str, http_url: str, grpc_url: str, server_pid: int, a
         t.start()
     for t in threads:
         t.join()
-    wall, tokens = time.monotonic() - t0, sum(counts)
-    for c in conns:
-        c.close()
-    return summary(transport, tokens, wall, c0, s0, server_pid)
+    return summary(transport, sum(counts), time.monotonic() - t0, c0, s0, server_pid)
 
 
 def summary(transport: str, tokens: int, wall: float, c0: float, s0: float, server_pid: int) -> dict:
