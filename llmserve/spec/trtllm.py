@@ -77,7 +77,7 @@ class TensorRTLLMEngine(Strict):
     stream at most one chunk per interval: the backend's per-token responses in between travel together,
     so postprocessing and the ensemble hop run once per chunk instead of once per token (exactly
     detokenized all the same). 0 passes every response on as it comes (docs/perf-gpu.md)."""
-    relay_transport: Literal["grpc", "http"] = "grpc"
+    relay_transport: Literal["grpc", "http"] = "http"
     """How the relay reads the C++ backend's streams from its own server: `grpc` (ModelStreamInfer) or
     `http` (generate_stream, about a third of the client CPU per token; what it cannot carry, generation
     logits and inputs it would reshape, still goes over gRPC: pipeline/backend_http.py)."""
