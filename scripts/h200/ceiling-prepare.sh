@@ -27,7 +27,7 @@ cp llmserve/engine/null_model.py llmserve/engine/loader.py $H/base/llmserve/engi
 [ -f $H/base/scripts/h200/bench-1b-trtllm.yaml ] || cp scripts/h200/bench-1b-trtllm.yaml $H/base/scripts/h200/
 for tree in after base; do
   ln -s ../.. $H/$tree/build  # tree/build = build: the checkpoints, and the repositories' relative paths
-  for spec in bench-1b bench-1b-pre4 bench-1b-trtllm bench-1b-trtllm-st4 bench-1b-trtllm-st8 bench-1b-trtllm-st16 bench-1b-trtllm-i4 bench-1b-trtllm-i8 bench-1b-trtllm-i8-grpc bench-1b-trtllm-i8-pp1 bench-1b-trtllm-i8-r32 bench-1b-trtllm-i8-pp8 bench-1b-trtllm-i8-pp8-r8; do
+  for spec in bench-1b bench-1b-pre4 bench-1b-trtllm bench-1b-trtllm-st4 bench-1b-trtllm-st8 bench-1b-trtllm-st16 bench-1b-trtllm-i4 bench-1b-trtllm-i8 bench-1b-trtllm-i8-grpc bench-1b-trtllm-i8-post8 bench-1b-trtllm-i8-pp1 bench-1b-trtllm-i8-r32 bench-1b-trtllm-i8-pp8 bench-1b-trtllm-i8-pp8-r8; do
     [ -f $H/$tree/scripts/h200/$spec.yaml ] || continue  # (base: a spec it does not have)
     (cd $H/$tree && PYTHONPATH=$PWD python3 -c "
 import sys
