@@ -1,6 +1,7 @@
 """The relay's other way to the C++ backend (engine.tensorrtllm.relay_transport: http): Triton's HTTP
 `generate_stream` on its own server, a thread per stream as over gRPC, each stream on a keep-alive
-connection of its own (taken from a pool, given back once its response is read to the end).
+connection of its own (http_pool.py: taken from a pool, given back once its response is read to the end,
+closed after half a second idle so that a stopping tritonserver does not wait for it).
 
 Why: read a token at a time, grpc's synchronous stream costs 2.6-3.4x the client CPU per token of the
 same thread-per-stream read of generate_stream's server-sent events (docs/PERFORMANCE.md, "The relay's
@@ -12,7 +13,8 @@ What the generate endpoint cannot carry goes over gRPC (backend_grpc.Backend), p
   it from the model's dims (the fixed dims first, the innermost variable dim takes the rest, any other
   variable dim 1: tritonserver's src/http_server.cc, ExactMappingInput). `generate_shape` is that rule,
   checked against every input's own shape; an empty input or a non-finite float goes over gRPC too;
-- request parameters (a top-level generate key that is no input becomes one; the relay sends none).
+- request parameters (a top-level generate key that is no input becomes one; the relay sends none);
+- every request while the HTTP endpoint refuses connections (a stopping tritonserver closes HTTP first).
 
 A stop by id goes over gRPC, as before: it is one unary-like stream, off the per-token path.
 
@@ -25,7 +27,6 @@ import http.client
 import json
 import logging
 import math
-import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -33,6 +34,7 @@ from tritonclient.utils import triton_to_np_dtype
 
 from ..contract import GENERATION_LOGITS
 from .backend_grpc import Backend
+from .http_pool import ConnectionPool
 from .own_server import own_server_address
 
 log = logging.getLogger(__name__)
@@ -40,8 +42,10 @@ log = logging.getLogger(__name__)
 HEADERS = {"Content-Type": "application/json"}
 EVENT = b"data: "
 # A connection the server closed while it sat in the pool fails at once, before the request reached a
-# model: such a request is sent once more on a new connection.
-STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+# model: such a request is sent once more on a new connection. A new connection that fails so (refused, or
+# reset: a stopping tritonserver resets new HTTP connections while it waits for the open ones to close, and
+# keeps gRPC up meanwhile) sends its request over gRPC. (http.client.RemoteDisconnected is one of these.)
+UNREACHABLE = ConnectionError
 
 
 def generate_shape(dims: list[int], count: int) -> tuple[int, ...] | None:
@@ -124,10 +128,8 @@ class HttpBackend:
     """generate_stream to this server, falling back to `grpc` for what it cannot carry (module doc)."""
 
     def __init__(self, address: str | None = None, grpc: Backend | None = None):
-        self._address = address
         self.grpc = grpc or Backend()
-        self._lock = threading.Lock()
-        self._idle: list[http.client.HTTPConnection] = []
+        self.pool = ConnectionPool(lambda: address or own_server_address("http"))
         self._models: dict[str, tuple[dict[str, list[int]], dict[str, type]]] = {}  # inputs' dims, outputs' dtypes
 
     def stream(
@@ -140,10 +142,18 @@ class HttpBackend:
     ) -> Iterator:
         """As backend_grpc.Backend.stream. `outputs`: generate returns every output of the model; these
         only decide the transport (generation logits go over gRPC)."""
-        body = None if parameters or GENERATION_LOGITS in outputs else self._body(model, inputs, request_id)
-        if body is None:
+
+        def over_grpc():
             return self.grpc.stream(model, inputs, outputs, request_id, parameters)
-        return self._stream(model, body, request_id)
+
+        if parameters or GENERATION_LOGITS in outputs:
+            return over_grpc()
+        try:
+            body = self._body(model, inputs, request_id)
+        except UNREACHABLE as e:  # the model's metadata, read once, could not be read: the endpoint is going
+            log.info("%s over gRPC: HTTP endpoint unreachable (%s)", request_id, e)
+            return over_grpc()
+        return over_grpc() if body is None else self._stream(model, body, request_id, over_grpc)
 
     def stop(self, model: str, request_id: str) -> bool:
         return self.grpc.stop(model, request_id)
@@ -161,7 +171,7 @@ class HttpBackend:
     def _metadata(self, model: str) -> tuple[dict[str, list[int]], dict[str, type]]:
         """The model's inputs' dims and outputs' dtypes, read once (its metadata endpoint)."""
         if model not in self._models:
-            conn = self._take()
+            conn, _ = self.pool.take()
             try:
                 conn.request("GET", f"/v2/models/{model}")
                 r = conn.getresponse()
@@ -171,7 +181,7 @@ class HttpBackend:
             except BaseException:
                 conn.close()
                 raise
-            self._give_back(conn, r)
+            self.pool.give_back(conn, r)
             meta = json.loads(body)
             self._models[model] = (
                 {t["name"]: [int(d) for d in t["shape"]] for t in meta["inputs"]},
@@ -179,40 +189,18 @@ class HttpBackend:
             )
         return self._models[model]
 
-    def _take(self) -> http.client.HTTPConnection:
-        """An idle keep-alive connection, else a new one."""
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-            # Read at the first request, not at load: the endpoint opens once every model is loaded.
-            self._address = self._address or own_server_address("http")
-        return self._new()
-
-    def _new(self) -> http.client.HTTPConnection:
-        host, port = self._address.rsplit(":", 1)
-        return http.client.HTTPConnection(host.strip("[]"), int(port))
-
-    def _give_back(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse | None) -> None:
-        """Into the pool once its response was read to the end; closed otherwise."""
-        if response is not None and response.isclosed() and not response.will_close:
-            with self._lock:
-                self._idle.append(conn)
-        else:
-            conn.close()
-
     def _post(self, model: str, body: bytes) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn = self._take()
-        pooled = conn.sock is not None  # a pooled connection may have been closed by the server meanwhile
+        conn, pooled = self.pool.take()
         try:
             return conn, self._send(conn, model, body)
-        except STALE:
+        except UNREACHABLE:
             conn.close()
             if not pooled:
                 raise
         except BaseException:
             conn.close()
             raise
-        conn = self._new()
+        conn = self.pool.new()  # a pooled connection the server had closed meanwhile: once more on a new one
         try:
             return conn, self._send(conn, model, body)
         except BaseException:
@@ -224,9 +212,14 @@ class HttpBackend:
         conn.request("POST", f"/v2/models/{model}/generate_stream", body, HEADERS)
         return conn.getresponse()
 
-    def _stream(self, model: str, body: bytes, request_id: str) -> Iterator[Response]:
+    def _stream(self, model: str, body: bytes, request_id: str, over_grpc) -> Iterator[Response]:
         _, dtypes = self._metadata(model)
-        conn, r = self._post(model, body)
+        try:
+            conn, r = self._post(model, body)
+        except UNREACHABLE as e:
+            log.info("%s over gRPC: HTTP endpoint unreachable (%s)", request_id, e)
+            yield from over_grpc()
+            return
         answered = False
         try:
             # A stream's status is its first response's (an error response from the model: 400 or 500
@@ -253,4 +246,4 @@ class HttpBackend:
                         pass
             except (OSError, http.client.HTTPException) as e:
                 log.debug("backend stream ended: %s", e)
-            self._give_back(conn, r)
+            self.pool.give_back(conn, r)

@@ -5,7 +5,9 @@ abandoned: stopped by id, drained) against a small HTTP server speaking generate
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 from tritonclient.utils import triton_to_np_dtype
 
 from llmserve.pipeline.backend_http import HttpBackend, flat_json, generate_shape
+from llmserve.pipeline.http_pool import ConnectionPool
 from llmserve.pipeline.own_server import server_address
 
 # The C++ backend model's metadata shapes (batch dim first), as tritonserver reports them.
@@ -106,6 +109,10 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def finish(self):
+        super().finish()
+        self.server.closed.append(self.client_address)  # the client closed the connection (or the server did)
+
     def do_GET(self):
         meta = {
             "inputs": [{"name": n, "datatype": "INT32", "shape": d} for n, d in INPUTS.items()],
@@ -150,7 +157,7 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     s = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    s.bodies, s.connections = [], set()
+    s.bodies, s.connections, s.closed = [], set(), []
     threading.Thread(target=s.serve_forever, daemon=True).start()
     yield s
     s.shutdown()
@@ -200,9 +207,54 @@ def test_an_abandoned_stream_is_stopped_by_id_and_drained(server):
 def test_a_pooled_connection_the_server_closed_is_replaced(server):
     backend = HttpBackend(f"127.0.0.1:{server.server_address[1]}", grpc=Grpc())
     list(_stream(backend, 1))  # the server closes this connection after its answer
-    assert len(backend._idle) == 1
+    assert backend.pool.idle() == 1
     assert len(list(_stream(backend, 2))) == 2  # sent again on a new connection
     assert len(server.connections) == 2
+
+
+def test_an_idle_connection_is_closed_so_that_a_stopping_server_need_not_wait(server):
+    """tritonserver's SIGTERM waits, up to its exit timeout, until no HTTP connection is open: the relay's
+    pooled connections are closed once idle for pool.idle_close_s (the reaper thread)."""
+    backend = HttpBackend(f"127.0.0.1:{server.server_address[1]}", grpc=Grpc())
+    backend.pool.idle_close_s = 0.05
+    list(_stream(backend, 2))
+    deadline = time.monotonic() + 30  # bounds a failure only: the reaper runs every 25 ms
+    while backend.pool.idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert backend.pool.idle() == 0
+    while not server.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(server.closed) == 1
+
+
+def test_only_connections_idle_long_enough_are_closed():
+    now = [100.0]
+    pool = ConnectionPool(lambda: "127.0.0.1:1", idle_close_s=1.0, clock=lambda: now[0])
+    old, young = Conn(), Conn()
+    pool._idle = [(old, 98.5), (young, 99.6)]
+    assert pool.close_idle(1.0) == 1 and old.closed and not young.closed
+    assert pool.take() == (young, True) and pool.take()[1] is False  # then a new one
+
+
+class Conn:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_an_unreachable_http_endpoint_sends_the_request_over_grpc():
+    """A stopping tritonserver resets new HTTP connections while it waits for the open ones (gRPC stays up
+    meanwhile): the requests that come then go over gRPC. Also before the model's metadata was read."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    for known in (True, False):
+        grpc = Grpc()
+        backend = _backend(grpc) if known else HttpBackend(f"127.0.0.1:{port}", grpc=grpc)
+        backend.pool = ConnectionPool(lambda: f"127.0.0.1:{port}")
+        assert list(_stream(backend, 3)) == []  # (the stand-in gRPC stream has no responses)
+        assert grpc.streams == ["r1"]
 
 
 @pytest.mark.parametrize(
