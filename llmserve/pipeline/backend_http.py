@@ -65,13 +65,15 @@ def generate_shape(dims: list[int], count: int) -> tuple[int, ...] | None:
 
 def flat_json(arr: np.ndarray) -> list | None:
     """One input's values as the flat JSON list generate takes, or None where JSON cannot carry them
-    exactly (bytes that are not UTF-8, a NaN or an infinity)."""
+    exactly (bytes that are not UTF-8, a NaN or an infinity, half-precision floats)."""
     flat = arr.reshape(-1)
     if flat.dtype == np.object_ or flat.dtype.kind == "S":
         try:
             return [v.decode() if isinstance(v, bytes) else str(v) for v in flat.tolist()]
         except UnicodeDecodeError:
             return None
+    if flat.dtype.kind == "f" and flat.dtype.itemsize < 4:  # FP16 (prompt tables, LoRA weights): no JSON form
+        return None
     values = flat.tolist()
     if flat.dtype.kind == "f" and not all(math.isfinite(v) for v in values):
         return None

@@ -43,6 +43,7 @@ def test_values_json_cannot_carry_exactly_are_refused():
     assert flat_json(np.array([[b"caf\xc3\xa9"]], dtype=object)) == ["café"]
     assert flat_json(np.array([[b"\xff"]], dtype=object)) is None  # not UTF-8
     assert flat_json(np.array([[float("nan")]], np.float32)) is None
+    assert flat_json(np.array([[0.5]], np.float16)) is None
 
 
 def _backend(grpc=None) -> HttpBackend:
