@@ -206,6 +206,14 @@ def test_relay_instances_and_stream_interval_come_from_the_spec(tmp_path):
     assert not any(k.startswith("relay_") or k == "stream_interval_ms" for k in params(backend))
 
 
+def test_the_relays_transport_comes_from_the_spec(tmp_path):
+    """engine.tensorrtllm.relay_transport: the relay's backend_transport, HTTP generate_stream by default."""
+    relay = repository(make_spec(tmp_path), tmp_path / "default")[C.ENGINE][0]
+    assert params(relay)["backend_transport"] == "http"
+    relay = repository(make_spec(tmp_path, trt={"relay_transport": "grpc"}), tmp_path / "grpc")[C.ENGINE][0]
+    assert params(relay)["backend_transport"] == "grpc"
+
+
 def test_whole_repository_parses(tmp_path):
     spec = make_spec(tmp_path)
     models = repository(spec, tmp_path / "repo")
