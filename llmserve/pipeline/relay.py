@@ -4,10 +4,10 @@ TensorRT-LLM's backend streams each response's new tokens and nothing else: no t
 (`output_context_ids`), no per-request key. Postprocessing, called once per response as a new request,
 possibly on another instance, cannot keep per-stream state, so chunks decoded alone lose characters
 split across chunks and SentencePiece spaces. The relay is one request for the whole stream: it calls
-the backend with streaming on, as a gRPC or HTTP client of its own server (pipeline/backend_grpc.py:
-decoupled BLS deadlocks a stub whose several threads iterate it; backend_http.py), the backend request's id being the request's
-key, so a `stop` reaches it from any relay instance; and it gives the ensemble exactly the
-torch engine's token-level contract:
+the backend with streaming on, as an HTTP or gRPC client of its own server (pipeline/backend_http.py,
+backend_grpc.py; not BLS: decoupled BLS deadlocks a stub whose several threads iterate it), the backend
+request's id being the request's key, so a `stop` reaches it from any relay instance; and it gives the
+ensemble exactly the torch engine's token-level contract:
 
 - `output_context_ids` with each chunk (the last CONTEXT_TOKENS tokens before it), so postprocessing
   detokenizes every chunk exactly, stateless, the same way for both engines;

@@ -79,8 +79,8 @@ class TensorRTLLMEngine(Strict):
     detokenized all the same). 0 passes every response on as it comes (docs/perf-gpu.md)."""
     relay_transport: Literal["grpc", "http"] = "http"
     """How the relay reads the C++ backend's streams from its own server: `grpc` (ModelStreamInfer) or
-    `http` (generate_stream, about a third of the client CPU per token; what it cannot carry, generation
-    logits and inputs it would reshape, still goes over gRPC: pipeline/backend_http.py)."""
+    `http` (generate_stream: less than half the relay's CPU per token, docs/perf-gpu.md; what it cannot
+    carry, generation logits and inputs it would reshape, still goes over gRPC: pipeline/backend_http.py)."""
     relay_instances: int = Field(default=1, ge=1)
     """Relay processes (Triton instances of `tensorrt_llm`, each its own Python interpreter and GIL);
     a `stop` reaches the backend from any of them (the backend request's id is the request's key)."""
