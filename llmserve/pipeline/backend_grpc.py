@@ -1,5 +1,6 @@
-"""The relay's way to the C++ backend: an ordinary gRPC client of its own server (ModelStreamInfer),
-not decoupled BLS. python_backend r24.10's BLS response iterator takes the GIL back while holding its
+"""The relay's gRPC way to the C++ backend (engine.tensorrtllm.relay_transport: grpc; with http, for its
+stops and what generate cannot carry: backend_http.py) and the unary twins' way to their model: an
+ordinary gRPC client of its own server (ModelStreamInfer), not decoupled BLS. python_backend r24.10's BLS response iterator takes the GIL back while holding its
 own lock, and with several threads of one stub iterating BLS streams that deadlocks the stub under
 load (docs/perf-gpu.md, "The relay's hang"; unchanged upstream). A gRPC stream's iterator waits in
 grpc's C core, outside every python_backend lock, so any number of relay threads can wait at once.
