@@ -5,14 +5,16 @@ closed after half a second idle so that a stopping tritonserver does not wait fo
 
 Why: read a token at a time, grpc's synchronous stream costs 2.6-3.4x the client CPU per token of the
 same thread-per-stream read of generate_stream's server-sent events (docs/PERFORMANCE.md, "The relay's
-reader, by transport"), and on a GPU host the relay's reads are the tensorrtllm layout's cost.
+reader, by transport"). On an H100 host the relay's CPU per token fell 2.4-2.9x over HTTP and the
+tensorrtllm layout's ensemble ran 1.2-1.5x faster (docs/perf-gpu.md, call 30).
 
 What the generate endpoint cannot carry goes over gRPC (backend_grpc.Backend), per request:
 - generation logits (top log-probs): vocabulary-sized rows as JSON numbers;
 - an input whose shape the endpoint would not rebuild: it takes each input as one flat list and shapes
   it from the model's dims (the fixed dims first, the innermost variable dim takes the rest, any other
   variable dim 1: tritonserver's src/http_server.cc, ExactMappingInput). `generate_shape` is that rule,
-  checked against every input's own shape; an empty input or a non-finite float goes over gRPC too;
+  checked against every input's own shape; an empty input, a non-UTF-8 string or a float JSON cannot
+  carry exactly (NaN, infinity, FP16) goes over gRPC too;
 - request parameters (a top-level generate key that is no input becomes one; the relay sends none);
 - every request while the HTTP endpoint refuses connections (a stopping tritonserver closes HTTP first).
 
