@@ -47,6 +47,17 @@ def is_final(resp: service_pb2.ModelInferResponse) -> bool:
     return final is not None and final.bool_param
 
 
+def stop_abandoned(backend, model: str, request_id: str) -> None:
+    """A stream left before its final response: its request stopped by id (backend.stop), so the backend
+    sends its final response as for any stopped request. Never raises: the request then ends by itself."""
+    if not request_id:
+        return
+    try:
+        backend.stop(model, request_id)
+    except Exception as e:
+        log.warning("stop %r on %s failed: %s", request_id, model, e)
+
+
 def _read_to_end(call) -> None:
     """Whatever the server still sends (a stopped request's last responses), until it ends the stream."""
     try:
@@ -175,9 +186,6 @@ class Backend:
             # whole exit timeout on it (docs/tensorrtllm.md). An unanswered request is stopped by id
             # instead, so the backend sends its final response as it does for any stopped request.
             done.set()
-            if not answered and stop_if_abandoned and request_id:
-                try:
-                    self.stop(model, request_id)
-                except Exception as e:  # the request then ends by itself; the stream is read to then
-                    log.warning("stop %r on %s failed: %s", request_id, model, e)
+            if not answered and stop_if_abandoned:
+                stop_abandoned(self, model, request_id)
             _read_to_end(call)

@@ -35,7 +35,7 @@ import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
 from ..contract import GENERATION_LOGITS
-from .backend_grpc import Backend
+from .backend_grpc import Backend, stop_abandoned
 from .http_pool import ConnectionPool
 from .own_server import own_server_address
 
@@ -153,17 +153,19 @@ class HttpBackend:
         if parameters or GENERATION_LOGITS in outputs:
             return over_grpc()
         try:
-            body = self._body(model, inputs, request_id)
+            dims, dtypes = self._metadata(model)
         except UNREACHABLE as e:  # the model's metadata, read once, could not be read: the endpoint is going
             log.info("%s over gRPC: HTTP endpoint unreachable (%s)", request_id, e)
             return over_grpc()
-        return over_grpc() if body is None else self._stream(model, body, request_id, over_grpc)
+        body = self._body(dims, inputs, request_id)
+        return over_grpc() if body is None else self._stream(model, body, dtypes, request_id, over_grpc)
 
     def stop(self, model: str, request_id: str) -> bool:
         return self.grpc.stop(model, request_id)
 
-    def _body(self, model: str, inputs, request_id: str) -> bytes | None:
-        dims, _ = self._metadata(model)
+    @staticmethod
+    def _body(dims: dict[str, list[int]], inputs, request_id: str) -> bytes | None:
+        """The generate JSON of `inputs` (dims: the model's inputs'), or None where it cannot carry them."""
         body: dict = {"id": request_id} if request_id else {}
         for name, arr in inputs:
             values = flat_json(arr) if name in dims and arr.size else None
@@ -176,16 +178,11 @@ class HttpBackend:
         """The model's inputs' dims and outputs' dtypes, read once (its metadata endpoint)."""
         if model not in self._models:
             conn, _ = self.pool.take()
-            try:
-                conn.request("GET", f"/v2/models/{model}")
-                r = conn.getresponse()
-                body = r.read()
-                if r.status != 200:
-                    raise RuntimeError(f"metadata of {model}: {_error_text(r.status, body)}")
-            except BaseException:
-                conn.close()
-                raise
+            r = self._send(conn, "GET", f"/v2/models/{model}")
+            body = r.read()
             self.pool.give_back(conn, r)
+            if r.status != 200:
+                raise RuntimeError(f"metadata of {model}: {_error_text(r.status, body)}")
             meta = json.loads(body)
             self._models[model] = (
                 {t["name"]: [int(d) for d in t["shape"]] for t in meta["inputs"]},
@@ -194,30 +191,27 @@ class HttpBackend:
         return self._models[model]
 
     def _post(self, model: str, body: bytes) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        path = f"/v2/models/{model}/generate_stream"
         conn, pooled = self.pool.take()
         try:
-            return conn, self._send(conn, model, body)
+            return conn, self._send(conn, "POST", path, body)
         except UNREACHABLE:
-            conn.close()
             if not pooled:
                 raise
-        except BaseException:
-            conn.close()
-            raise
         conn = self.pool.new()  # a pooled connection the server had closed meanwhile: once more on a new one
-        try:
-            return conn, self._send(conn, model, body)
-        except BaseException:
-            conn.close()
-            raise
+        return conn, self._send(conn, "POST", path, body)
 
     @staticmethod
-    def _send(conn: http.client.HTTPConnection, model: str, body: bytes) -> http.client.HTTPResponse:
-        conn.request("POST", f"/v2/models/{model}/generate_stream", body, HEADERS)
-        return conn.getresponse()
+    def _send(conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None):
+        """The response's head; the connection is closed if the exchange fails."""
+        try:
+            conn.request(method, path, body, HEADERS if body is not None else {})
+            return conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
 
-    def _stream(self, model: str, body: bytes, request_id: str, over_grpc) -> Iterator[Response]:
-        _, dtypes = self._metadata(model)
+    def _stream(self, model: str, body: bytes, dtypes, request_id: str, over_grpc) -> Iterator[Response]:
         try:
             conn, r = self._post(model, body)
         except UNREACHABLE as e:
@@ -239,11 +233,8 @@ class HttpBackend:
         finally:
             # Closed before the end (the relay stopped reading: a send of its own failed): the request is
             # stopped by id, as over gRPC, and its remaining events are read so the connection can serve again.
-            if not answered and request_id:
-                try:
-                    self.stop(model, request_id)
-                except Exception as e:  # the request then ends by itself; the stream is read to then
-                    log.warning("stop %r on %s failed: %s", request_id, model, e)
+            if not answered:
+                stop_abandoned(self, model, request_id)
             try:
                 if not answered:
                     for _ in r:

@@ -68,8 +68,8 @@ class Grpc:
 
 
 def test_a_request_generate_can_carry_becomes_one_flat_body():
-    body = _backend()._body(
-        "m",
+    body = HttpBackend._body(
+        INPUTS,
         [
             ("input_ids", np.array([[1, 2, 3]], np.int32)),
             ("stop_words_list", np.array([[[5, 6, 0], [2, 3, -1]]], np.int32)),
